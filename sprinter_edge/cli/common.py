@@ -1,0 +1,97 @@
+"""Flags shared by the subcommands, and turning them into an Engine."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..api import Engine, Hardware
+from ..decoding import METHODS
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--pair", default="default",
+                   help="registered pair name (see `sprinter-edge models`); default: %(default)s")
+    g.add_argument("--draft", metavar="FILE", help="local draft GGUF (use with --target)")
+    g.add_argument("--target", metavar="FILE", help="local target GGUF (overrides --pair)")
+    g.add_argument("--offline", action="store_true",
+                   help="never touch the network: use cached files or the PyPI mirror only")
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hardware")
+    g.add_argument("--threads", type=int, default=None,
+                   help="CPU threads per model (default: all cores)")
+    g.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default: %(default)s)")
+    g.add_argument("--gpu", action="store_true",
+                   help="offload every layer of both models to Metal/CUDA (needs a GPU build)")
+    g.add_argument("--draft-gpu-layers", type=int, default=None,
+                   help="draft layers on the GPU (0 = CPU, -1 = all)")
+    g.add_argument("--target-gpu-layers", type=int, default=None,
+                   help="target layers on the GPU (0 = CPU, -1 = all)")
+
+
+def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = "sprinter") -> None:
+    g = p.add_argument_group("decoding")
+    g.add_argument("--method", choices=METHODS, default=method_default,
+                   help="ar: target only; draft: draft only; sd: speculative decoding (lossless); "
+                        "sprinter: learned approximate verification. Default: %(default)s")
+    g.add_argument("--max-tokens", type=int, default=256, help="new tokens at most (default: %(default)s)")
+    g.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy (default); >0 samples")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    g.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop when this text appears (repeatable)")
+    g.add_argument("--verifier", default="auto",
+                   help="sprinter verifier: auto (the pair's trained one, else the confidence "
+                        "rule), confidence, always-flag, never-flag, or a path to an .onnx file")
+    g.add_argument("--threshold", type=float, default=None,
+                   help="sprinter: flag a token when its score is below this (default: the "
+                        "verifier's calibrated value)")
+    g.add_argument("--preset", choices=("quality", "balanced", "fast"), default=None,
+                   help="sprinter: pick the threshold from the verifier's calibration table")
+    g.add_argument("--run-cap", type=int, default=20,
+                   help="sprinter: longest run of tokens kept without the target (0 = no cap)")
+    g.add_argument("--draft-len", type=int, default=4, help="sd: draft tokens per round")
+
+
+def hardware_from(args: argparse.Namespace) -> Hardware:
+    def layers(value: int | None) -> int:
+        if value is not None:
+            return value
+        return -1 if args.gpu else 0
+
+    return Hardware(n_threads=args.threads, n_ctx=args.ctx,
+                    draft_gpu_layers=layers(args.draft_gpu_layers),
+                    target_gpu_layers=layers(args.target_gpu_layers))
+
+
+def engine_from(args: argparse.Namespace, *, method: str | None = None) -> Engine:
+    method = method or getattr(args, "method", "sprinter")
+    kwargs = dict(
+        method=method, hardware=hardware_from(args),
+        verifier=getattr(args, "verifier", "auto"),
+        threshold=getattr(args, "threshold", None),
+        run_cap=(getattr(args, "run_cap", 20) or None),
+        draft_len=getattr(args, "draft_len", 4),
+    )
+    if args.target:
+        return Engine.from_files(args.draft, args.target, **kwargs)
+    if args.draft:
+        from ..errors import SprinterError
+
+        raise SprinterError("--draft needs --target as well")
+    return Engine.from_pair(args.pair, offline=args.offline, download=not args.offline,
+                            progress=sys.stderr.isatty(), **kwargs)
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # llama.cpp's own chatter only with -vv
+    logging.getLogger("sprinter_edge.llama_cpp").setLevel(
+        logging.DEBUG if verbose >= 2 else logging.ERROR)

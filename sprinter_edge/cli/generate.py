@@ -1,0 +1,59 @@
+"""`sprinter-edge generate`: one prompt, streamed to the terminal or as one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate a reply to one prompt",
+                       description="Generate text for PROMPT with the chosen decoding method.")
+    p.add_argument("prompt", help="the prompt text ('-' reads it from standard input)")
+    p.add_argument("--chat", dest="chat", action="store_true", default=True,
+                   help="wrap the prompt in the model's chat template (default)")
+    p.add_argument("--no-chat", dest="chat", action="store_false",
+                   help="use the prompt as raw text (completion)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object: text, token_ids, method, finish_reason, stats")
+    p.add_argument("--stats", action="store_true", help="print the counters to stderr afterwards")
+    add_decoding_args(p)
+    add_model_args(p)
+    add_hardware_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    engine = engine_from(args)
+    threshold = args.threshold
+    if args.method == "sprinter" and args.preset and threshold is None:
+        threshold = engine.verifier.threshold_for(args.preset)
+    gen = engine.stream(
+        prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, stop=args.stop, chat=args.chat, threshold=threshold,
+    )
+    try:
+        for chunk in gen:
+            if not args.json:
+                sys.stdout.write(chunk.text)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        gen.close()
+    result = gen.result
+    assert result is not None
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+    if args.stats and not args.json:
+        s = result.stats
+        print(f"[{s.method}] {s.new_tokens} tokens, {s.tokens_per_second:.2f} tok/s, "
+              f"{s.target_calls} target calls ({s.target_calls_per_token:.3f}/token), "
+              f"kept {s.kept}, accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}",
+              file=sys.stderr)
+    engine.close()
+    return 0

