@@ -1,0 +1,232 @@
+"""`sprinter-edge chat`: an interactive, streaming, multi-turn chat in the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+from ..decoding import METHODS
+from ..errors import ContextOverflowError, SprinterError
+from ..serving.chat_session import ChatSession
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from
+
+PROMPT = ">>> "
+HELP = """commands:
+  /help            this help
+  /stats           counters of the last reply (tokens, speed, target calls, KV reuse)
+  /method NAME     switch the decoding method ({methods})
+  /threshold X     sprinter: flag tokens whose verifier score is below X (0 < X <= 1)
+  /reset           forget the conversation
+  /exit            leave (Ctrl-D works too)
+Ctrl-C stops the current reply; the conversation goes on."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="interactive multi-turn chat in the terminal",
+                       description="Chat with a model pair: replies stream as they are generated, "
+                                   "the conversation is kept (and its KV cache reused) across turns. "
+                                   "Type /help inside the chat for the commands.")
+    p.add_argument("--system", default=None, metavar="TEXT",
+                   help="system message that opens the conversation (default: the template's)")
+    p.add_argument("--history-file", type=Path, default=None, metavar="FILE",
+                   help="keep the line-editing history (up arrow) in FILE across sessions")
+    p.add_argument("--show-stats", action="store_true",
+                   help="print a one-line summary of the counters after every reply")
+    add_decoding_args(p)
+    add_model_args(p)
+    add_hardware_args(p)
+    p.set_defaults(func=run)
+
+
+class _Interrupt:
+    """While active, Ctrl-C sets a flag instead of raising, so a reply stops between
+    decoding steps and the models' KV caches stay consistent."""
+
+    def __init__(self) -> None:
+        self.hit = False
+
+    @contextlib.contextmanager
+    def catching(self) -> Iterator[None]:
+        self.hit = False
+
+        def handler(signum: int, frame: object) -> None:
+            self.hit = True
+
+        old = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+
+def _setup_readline(history_file: Path | None) -> Callable[[], None]:
+    """Line editing and history for input(); returns the function that saves the history."""
+    try:
+        import readline
+    except ImportError:  # Windows without pyreadline: plain input()
+        return lambda: None
+    readline.parse_and_bind("tab: complete")
+    if history_file is None:
+        return lambda: None
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history_file)
+    readline.set_history_length(1000)
+
+    def save() -> None:
+        with contextlib.suppress(OSError):
+            history_file.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(history_file)
+
+    return save
+
+
+def format_stats(session: ChatSession) -> str:
+    result, turn = session.last_result, session.last_turn
+    if result is None or turn is None:
+        return "no reply yet"
+    s = result.stats
+    lines = [
+        f"method {s.method}, finish {result.finish_reason}: {len(result.token_ids)} tokens "
+        f"in {s.total_seconds:.2f} s ({s.tokens_per_second:.2f} tok/s after the prompt)",
+        f"prompt {turn.prompt_tokens} tokens: {turn.reused_tokens} reused from the KV cache, "
+        f"{turn.reread_tokens} read ({s.prefill_seconds:.2f} s)",
+        f"target calls {s.target_calls} ({s.target_calls_per_token:.3f}/token), draft calls "
+        f"{s.draft_calls}",
+        f"tokens: target {s.target_sampled}, draft {s.draft_sampled}, kept {s.kept}, "
+        f"accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}, flags {s.flags}",
+    ]
+    return "\n".join(lines)
+
+
+class ChatRepl:
+    """The read-eval-print loop over a ChatSession."""
+
+    def __init__(self, session: ChatSession, out: TextIO = sys.stdout, show_stats: bool = False):
+        self.session = session
+        self.out = out
+        self.show_stats = show_stats
+        self.interrupt = _Interrupt()
+
+    def say(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def loop(self) -> None:
+        while True:
+            try:
+                line = input(PROMPT)
+            except EOFError:  # Ctrl-D
+                self.say("")
+                return
+            except KeyboardInterrupt:  # Ctrl-C at the prompt: drop the line
+                self.say("")
+                continue
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                if self.command(line) == "exit":
+                    return
+                continue
+            self.turn(line)
+
+    def turn(self, text: str) -> None:
+        with self.interrupt.catching():
+            try:
+                gen = self.session.send(text)
+            except ContextOverflowError as exc:
+                self.say(f"error: the message does not fit: {exc}. Shorten it or /reset the conversation.")
+                return
+            except SprinterError as exc:
+                self.say(f"error: {exc}")
+                return
+            try:
+                for chunk in gen:
+                    self.out.write(chunk.text)
+                    self.out.flush()
+                    if self.interrupt.hit:
+                        gen.close()
+                        break
+            except SprinterError as exc:
+                gen.close()
+                self.say(f"\nerror: {exc}")
+        result = self.session.finish(gen)
+        self.say("")
+        if result.finish_reason == "cancelled":
+            self.say("[stopped]")
+        elif result.finish_reason == "length":
+            self.say("[max tokens reached]")
+        if self.show_stats:
+            s = result.stats
+            turn = self.session.last_turn
+            reread = turn.reread_tokens if turn else 0
+            self.say(f"[{s.method}: {len(result.token_ids)} tokens, {s.tokens_per_second:.1f} tok/s, "
+                     f"{s.target_calls} target calls, {reread} prompt tokens read]")
+
+    def command(self, line: str) -> str | None:
+        name, _, arg = line.partition(" ")
+        arg = arg.strip()
+        engine = self.session.engine
+        if name in ("/exit", "/quit"):
+            return "exit"
+        if name == "/help":
+            self.say(HELP.format(methods=", ".join(METHODS)))
+        elif name == "/stats":
+            self.say(format_stats(self.session))
+        elif name == "/reset":
+            self.session.reset()
+            self.say("conversation cleared")
+        elif name == "/method":
+            if not arg:
+                self.say(f"method: {engine.settings.method} (choose from {', '.join(METHODS)})")
+                return None
+            try:
+                engine.set_method(arg)
+                engine.load()
+            except SprinterError as exc:
+                self.say(f"error: {exc}")
+                return None
+            self.say(f"method set to {arg}")
+        elif name == "/threshold":
+            try:
+                value = float(arg)
+            except ValueError:
+                self.say("usage: /threshold X  (a number in (0, 1])")
+                return None
+            if not 0 < value <= 1:
+                self.say("error: the threshold must be in (0, 1]")
+                return None
+            engine.settings.threshold = value
+            note = "" if engine.settings.method == "sprinter" else " (used by the sprinter method)"
+            self.say(f"threshold set to {value}{note}")
+        else:
+            self.say(f"unknown command {name!r}; type /help for the list")
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = engine_from(args)
+    threshold = args.threshold
+    if args.method == "sprinter" and args.preset and threshold is None:
+        threshold = engine.verifier.threshold_for(args.preset)
+    engine.settings.threshold = threshold
+    engine.load()
+    session = ChatSession(engine, system=args.system, gen_kwargs=dict(
+        max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, stop=args.stop,
+    ))
+    save_history = _setup_readline(args.history_file)
+    name = engine.pair.name if engine.pair else engine.target_path.name
+    print(f"sprinter-edge chat: {name}, method {engine.settings.method}. "
+          "/help for commands, Ctrl-D to leave.", flush=True)
+    try:
+        ChatRepl(session, show_stats=args.show_stats).loop()
+    finally:
+        save_history()
+        engine.close()
+    return 0

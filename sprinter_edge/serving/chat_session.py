@@ -1,0 +1,141 @@
+"""A multi-turn conversation over one Engine, independent of any terminal.
+
+The session keeps the exact token history of the conversation (prompt tokens plus the
+reply tokens as generated), so each new turn's prompt starts with the tokens of the
+previous prompt and reply and the model's KV cache is reused; only the end of the last
+reply and the new message are read. Re-tokenizing the rendered history instead could split
+the reply into different tokens and force the whole reply to be read again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ..api import Engine
+from ..backend.llama import common_prefix
+from ..decoding import Chunk, Generation, GenerationResult
+from ..prompting import Message, prompt_tokens
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnInfo:
+    """What one turn cost in prompt reading."""
+
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens already in every model's KV cache
+    reread_tokens: int = 0  # prompt tokens the models had to read (prefill)
+    spliced: bool = False  # prompt built from the kept token history (not re-tokenized)
+
+
+@dataclass
+class ChatSession:
+    """Conversation state: messages, the token history behind them, the last reply."""
+
+    engine: Engine
+    system: str | None = None
+    gen_kwargs: dict = field(default_factory=dict)  # max_tokens, temperature, ... for stream()
+    messages: list[Message] = field(default_factory=list)
+    last_result: GenerationResult | None = None
+    last_turn: TurnInfo | None = None
+    turns: list[TurnInfo] = field(default_factory=list)
+    # the rendered text and tokens of the last prompt, and the reply that followed it
+    _prompt_text: str = ""
+    _prompt_tokens: list[int] = field(default_factory=list)
+    _reply_text: str = ""
+    _reply_tokens: list[int] = field(default_factory=list)
+    _pending: tuple[list[Message], list[int], str, TurnInfo] | None = None
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the conversation (the KV cache is simply overwritten by the next turn)."""
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self._prompt_text, self._prompt_tokens = "", []
+        self._reply_text, self._reply_tokens = "", []
+        self.last_result = None
+        self.last_turn = None
+
+    # ------------------------------------------------------------------ prompts
+    def build_prompt(self, messages: list[Message]) -> tuple[list[int], bool]:
+        """Tokens for `messages` + generation prompt; reuse the kept history when it fits."""
+        model = self.engine.text_model
+        text = self.engine.format_chat(messages)
+        prev = self._prompt_text + self._reply_text
+        if self._prompt_tokens and self._reply_tokens_match() and text.startswith(prev):
+            # the tail (end of the reply, the new message) is mid-sequence: no BOS
+            tail = model.tokenize(text[len(prev):], add_special=False, special=True)
+            return self._prompt_tokens + self._reply_tokens + tail, True
+        return prompt_tokens(model, text, chat_rendered=True), False
+
+    def _reply_tokens_match(self) -> bool:
+        model = self.engine.text_model
+        return model.detokenize(self._reply_tokens) == self._reply_text
+
+    def _cached_prefix(self, tokens: list[int], method: str) -> int:
+        from ..decoding import get_strategy
+
+        strategy = get_strategy(method)
+        models = []
+        if strategy.needs_target:
+            models.append(self.engine.target)
+        if strategy.needs_draft:
+            models.append(self.engine.draft)
+        return min(common_prefix(m.tokens, tokens) for m in models)
+
+    # ------------------------------------------------------------------ turns
+    def send(self, text: str, **overrides: object) -> Generation:
+        """Start the reply to `text`; iterate the result, then call `finish`.
+
+        Raises ContextOverflowError (and other SprinterErrors) before anything changes."""
+        messages = [*self.messages, {"role": "user", "content": text}]
+        tokens, spliced = self.build_prompt(messages)
+        kwargs = {**self.gen_kwargs, **overrides}
+        method = str(kwargs.get("method") or self.engine.settings.method)
+        reused = self._cached_prefix(tokens, method)
+        gen = self.engine.stream(tokens, **kwargs)  # may raise: the session is unchanged
+        # prefill reads the prompt but its last token; that one is read by the first decode
+        info = TurnInfo(prompt_tokens=len(tokens), reused_tokens=min(reused, len(tokens) - 1),
+                        spliced=spliced)
+        info.reread_tokens = len(tokens) - info.reused_tokens
+        self._pending = (messages, tokens, self.engine.format_chat(messages), info)
+        log.debug("turn: %d prompt tokens, %d reused, spliced=%s", len(tokens), reused, spliced)
+        return gen
+
+    def finish(self, gen: Generation) -> GenerationResult:
+        """Record the (possibly cancelled) reply of `gen` in the history."""
+        if gen.result is None:
+            gen.close()
+        result = gen.result
+        assert result is not None and self._pending is not None
+        messages, tokens, text, info = self._pending
+        self._pending = None
+        self.messages = [*messages, {"role": "assistant", "content": result.text}]
+        self._prompt_text, self._prompt_tokens = text, tokens
+        self._reply_text, self._reply_tokens = result.text, list(result.token_ids)
+        self.last_result, self.last_turn = result, info
+        self.turns.append(info)
+        return result
+
+    def reply(self, text: str, on_chunk: Callable[[Chunk], None] | None = None,
+              **overrides: object) -> GenerationResult:
+        """Send `text` and run the reply to the end (convenience for non-interactive use)."""
+        gen = self.send(text, **overrides)
+        try:
+            for chunk in gen:
+                if on_chunk is not None:
+                    on_chunk(chunk)
+        finally:
+            result = self.finish(gen)
+        return result
+
+    def iter_reply(self, text: str, **overrides: object) -> Iterator[Chunk]:
+        gen = self.send(text, **overrides)
+        try:
+            yield from gen
+        finally:
+            self.finish(gen)
