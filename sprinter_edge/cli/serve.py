@@ -1,0 +1,56 @@
+"""`sprinter-edge serve`: an OpenAI-compatible local HTTP server (needs the `serve` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import SprinterError
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="OpenAI-compatible local server (/v1/chat/completions, /v1/completions)",
+        description="Serve one model pair over an OpenAI-compatible HTTP API: POST "
+                    "/v1/chat/completions and /v1/completions (streaming with \"stream\": true), GET "
+                    "/v1/models and /health. Requests run one at a time on the loaded pair; "
+                    "\"method\" and \"threshold\" may be set per request. The decoding flags below "
+                    "are the defaults for requests that leave them out.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: %(default)s, this machine only; 0.0.0.0 exposes "
+                        "the server to the network without any authentication)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
+    p.add_argument("--model-name", default=None, metavar="ID",
+                   help="model id clients must send in \"model\" (default: the pair name, or the "
+                        "target file name without .gguf)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn log level (default: %(default)s)")
+    add_decoding_args(p)
+    add_model_args(p)
+    add_hardware_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ..serving.server import serve
+    except ModuleNotFoundError as exc:
+        raise SprinterError(
+            f"`serve` needs {exc.name}: pip install 'sprinter-edge[serve]'") from exc
+    engine = engine_from(args)
+    threshold = args.threshold
+    if args.method == "sprinter" and args.preset and threshold is None:
+        threshold = engine.verifier.threshold_for(args.preset)
+    engine.settings.threshold = threshold
+    model_id = args.model_name or (engine.pair.name if engine.pair and not args.target
+                                   else engine.target_path.name.removesuffix(".gguf"))
+    if args.stop:
+        print("sprinter-edge serve: --stop is ignored; send \"stop\" per request", file=sys.stderr)
+    defaults = {"max_tokens": args.max_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                "top_k": args.top_k, "seed": args.seed}
+    print(f"sprinter-edge serve: model {model_id!r} (method {engine.settings.method}) on "
+          f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    serve(engine, model_id=model_id, host=args.host, port=args.port, defaults=defaults,
+          log_level=args.log_level)
+    return 0

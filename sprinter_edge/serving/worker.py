@@ -1,0 +1,125 @@
+"""One thread owns the Engine and runs requests one at a time, in arrival order.
+
+The models' KV caches belong to the worker thread alone, so requests never interleave;
+each request gets a `Job` whose events (started, chunk, done, error) are handed to the
+asyncio side through its queue. Cancelling a job (client gone) closes its Generation at
+the next decoding step, which frees the worker for the next request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api import Engine
+from ..errors import SprinterError
+from ..prompting import Message
+
+log = logging.getLogger(__name__)
+
+Event = tuple[str, Any]  # ("started", None) | ("chunk", Chunk) | ("done", GenerationResult) | ("error", exc)
+
+
+@dataclass
+class Job:
+    prompt: str | Sequence[Message] | list[int]
+    kwargs: dict[str, Any]
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def emit(self, kind: str, value: Any = None) -> None:
+        with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+
+
+@dataclass
+class WorkerCounters:
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    busy: bool = False
+
+
+class EngineWorker:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.counters = WorkerCounters()
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="sprinter-edge-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+    @property
+    def queued(self) -> int:
+        return self._jobs.qsize()
+
+    def submit(self, prompt: str | Sequence[Message] | list[int], **kwargs: Any) -> Job:
+        """Queue a generation (call from the event loop); read its events from `job.events`."""
+        job = Job(prompt, kwargs, asyncio.get_running_loop())
+        self._jobs.put(job)
+        return job
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            self.counters.busy = True
+            try:
+                self._run(job)
+            except Exception:  # never let one request kill the worker
+                log.exception("request failed")
+            finally:
+                self.counters.busy = False
+
+    def _check_tokens(self, prompt: object) -> None:
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            n_vocab = self.engine.text_model.n_vocab
+            bad = [t for t in prompt if not 0 <= t < n_vocab]
+            if bad:
+                raise SprinterError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
+
+    def _run(self, job: Job) -> None:
+        if job.cancelled.is_set():
+            self.counters.cancelled += 1
+            return
+        try:
+            self._check_tokens(job.prompt)
+            gen = self.engine.stream(job.prompt, **job.kwargs)
+        except Exception as exc:
+            self.counters.failed += 1
+            job.emit("error", exc)
+            return
+        job.emit("started")
+        try:
+            for chunk in gen:
+                if job.cancelled.is_set():
+                    break
+                job.emit("chunk", chunk)
+        except Exception as exc:
+            log.exception("generation failed")
+            self.counters.failed += 1
+            job.emit("error", exc)
+            return
+        finally:
+            gen.close()
+        if job.cancelled.is_set():
+            self.counters.cancelled += 1
+            log.info("request cancelled after %d tokens", len(gen.result.token_ids) if gen.result else 0)
+            return
+        self.counters.completed += 1
+        job.emit("done", gen.result)
