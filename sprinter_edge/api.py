@@ -231,11 +231,44 @@ class Engine:
         return Generation(strategy, ctx, tokens, stop=stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
 
-    def generate(self, prompt: str | Sequence[Message] | list[int], **kwargs: object) -> GenerationResult:
-        return self.stream(prompt, **kwargs).consume()  # type: ignore[arg-type]
+    def generate(
+        self,
+        prompt: str | Sequence[Message] | list[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        chat: bool = True,
+        method: str | None = None,
+        threshold: float | None = None,
+        verifier: Verifier | None = None,
+    ) -> GenerationResult:
+        """Generate to the end and return the text, tokens and counters (see `stream`)."""
+        return self.stream(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                           top_p=top_p, seed=seed, stop=stop, chat=chat, method=method,
+                           threshold=threshold, verifier=verifier).consume()
 
-    def chat(self, messages: Sequence[Message], **kwargs: object) -> GenerationResult:
-        return self.generate(list(messages), **kwargs)
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        method: str | None = None,
+        threshold: float | None = None,
+        verifier: Verifier | None = None,
+    ) -> GenerationResult:
+        """Reply to a conversation: messages are {"role": ..., "content": ...} dicts."""
+        return self.generate(list(messages), max_tokens=max_tokens, temperature=temperature,
+                             top_k=top_k, top_p=top_p, seed=seed, stop=stop, method=method,
+                             threshold=threshold, verifier=verifier)
 
     def with_settings(self, **changes: object) -> DecodeSettings:
         self.settings = replace(self.settings, **changes)  # type: ignore[arg-type]
