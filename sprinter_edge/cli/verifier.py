@@ -1,0 +1,166 @@
+"""`sprinter-edge verifier collect|train|calibrate`: make and inspect a pair's verifier."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ..errors import SprinterError
+from ..verifiers.calibration import PRESET_MAX_FP, row_at, threshold_for_max_fp, tv_bound_line
+from .common import add_model_args, engine_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verifier", help="collect data, train, export and calibrate a verifier",
+                       description="Make the SPRINTER verifier of a draft/target pair.")
+    vsub = p.add_subparsers(dest="verifier_command", metavar="ACTION")
+
+    c = vsub.add_parser("collect", help="run the pair on a prompt corpus and save training data",
+                        description="Greedy draft continuations + one target call per prompt; "
+                                    "saves .npz shards (resumable).")
+    _collect_args(c)
+    add_model_args(c)
+    c.set_defaults(func=run_collect)
+
+    t = vsub.add_parser("train", help="train, select, calibrate and export a verifier to ONNX",
+                        description="Trains on the data in --data (collecting it first when "
+                                    "--collect is given), compares with the confidence rule on "
+                                    "held-out prompts and writes an .onnx file.")
+    _collect_args(t)
+    add_model_args(t)
+    t.add_argument("--out", required=True, type=Path, help="the .onnx file to write")
+    t.add_argument("--collect", action="store_true",
+                   help="collect (or resume collecting) into --data first, within --time-budget")
+    t.add_argument("--label", choices=("greedy", "paper"), default="greedy",
+                   help="label rule: greedy (draft argmax == target argmax; default) or paper "
+                        "(q(x) <= p(x))")
+    t.add_argument("--models", default=None,
+                   help="comma-separated candidate names (default: all; see training/models.py)")
+    t.add_argument("--report", type=Path, default=None, help="also write the full report as JSON here")
+    t.add_argument("--split-seed", type=int, default=0, help="seed of the split by prompt")
+    t.set_defaults(func=run_train)
+
+    k = vsub.add_parser("calibrate", help="print a verifier's held-out calibration table and "
+                                          "the threshold for an operating point",
+                        description="Reads the table stored in a verifier file.")
+    k.add_argument("file", type=Path, nargs="?", default=None,
+                   help="verifier .onnx file (default: the --pair's shipped verifier)")
+    k.add_argument("--pair", default="default", help="pair whose shipped verifier to read")
+    k.add_argument("--max-fp-rate", type=float, default=None,
+                   help="largest acceptable eta_FP (fraction of wrong draft tokens passed)")
+    k.add_argument("--preset", choices=tuple(PRESET_MAX_FP), default=None,
+                   help="a named operating point: " + ", ".join(
+                       f"{n} (eta_FP <= {v:g})" for n, v in PRESET_MAX_FP.items()))
+    k.add_argument("--all", action="store_true", help="print every row of the table")
+    k.add_argument("--json", action="store_true", help="print the table and choice as JSON")
+    k.set_defaults(func=run_calibrate)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _collect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="directory of the collected shards")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="prompt corpus JSONL (default: the shipped sprinter-edge corpus)")
+    p.add_argument("--max-new-tokens", type=int, default=96,
+                   help="draft tokens per prompt (default: %(default)s)")
+    p.add_argument("--limit", type=int, default=None, help="use at most this many prompts")
+    p.add_argument("--shard-size", type=int, default=4, help="prompts per shard (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="prompt order seed (default: %(default)s)")
+    p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                   help="stop collecting after this many minutes (rerun to resume)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads per model (default: all cores)")
+    p.add_argument("--ctx", type=int, default=2048, help="context size (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _do_collect(args: argparse.Namespace, budget_s: float | None) -> None:
+    from ..training.collect import CollectConfig, collect
+    from ..training.corpus import load_corpus
+
+    hw_args = argparse.Namespace(**vars(args))
+    for name in ("gpu", "draft_gpu_layers", "target_gpu_layers"):
+        setattr(hw_args, name, getattr(args, name, None) or (False if name == "gpu" else None))
+    engine = engine_from(hw_args, method="sd")
+    corpus = load_corpus(args.prompts)
+    cfg = CollectConfig(max_new_tokens=args.max_new_tokens, shard_size=args.shard_size, seed=args.seed,
+                        limit=args.limit, time_budget_s=budget_s)
+    s = collect(engine.draft, engine.target, corpus, args.data, cfg, progress=not args.no_progress)
+    engine.close()
+    print(f"collected {s.tokens} tokens from {s.prompts} prompts in {s.seconds:.0f} s "
+          f"({s.shards_written} new shards, {s.shards_skipped} already there"
+          f"{'; stopped by the time budget' if s.stopped_by_budget else ''})")
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    _do_collect(args, args.time_budget * 60 if args.time_budget else None)
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..training.ship import train_and_export
+    from ..training.train import TrainConfig, report_markdown, table_markdown
+
+    t0 = time.monotonic()
+    budget = args.time_budget * 60 if args.time_budget else None
+    if args.collect:
+        # keep ~2 minutes of the budget for training and export
+        _do_collect(args, max(budget - 120, 60) if budget else None)
+    left = budget - (time.monotonic() - t0) if budget else None
+    cfg = TrainConfig(label=args.label, seed=args.split_seed,
+                      candidates=tuple(args.models.split(",")) if args.models else None,
+                      time_budget_s=max(left, 30) if left else None)
+    pair_name = None if args.target else args.pair
+    result, report = train_and_export(args.data, args.out, cfg, pair_name=pair_name)
+    print(report_markdown(report))
+    print()
+    print(table_markdown(result.table, result.tv_pq))
+    print()
+    print(f"shipped {report['chosen']} -> {args.out} ({report['onnx_bytes']} bytes, ONNX parity "
+          f"{report['onnx_parity_max_abs_diff']:.1e}); presets {result.presets}; "
+          f"default threshold {result.default_threshold:g}")
+    print(tv_bound_line(row_at(result.table, result.default_threshold).eta_fp, result.tv_pq))
+    if args.report:
+        args.report.write_text(json.dumps(report, indent=2, default=float))
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from ..catalog.registry import load_registry
+    from ..verifiers.onnx import OnnxVerifier
+
+    path = args.file
+    if path is None:
+        path = load_registry().pair(args.pair).verifier_path()
+        if path is None:
+            raise SprinterError(f"pair {args.pair!r} ships no verifier; pass a file")
+    ver = OnnxVerifier(path)
+    if args.max_fp_rate is not None and args.preset is not None:
+        raise SprinterError("give --max-fp-rate or --preset, not both")
+    chosen = ver.default_threshold
+    why = "default"
+    if args.max_fp_rate is not None:
+        chosen = threshold_for_max_fp(ver.calibration, args.max_fp_rate)
+        why = f"eta_FP <= {args.max_fp_rate:g}"
+    elif args.preset is not None:
+        chosen, why = ver.threshold_for(args.preset), f"preset {args.preset}"
+    row = row_at(ver.calibration, chosen)
+    if args.json:
+        print(json.dumps({"threshold": chosen, "row": row.__dict__, "tv_pq": ver.tv_pq,
+                          "presets": ver.presets, "table": [r.__dict__ for r in ver.calibration]}))
+        return 0
+    print(f"verifier {path} ({ver.metadata.get('sprinter.model', '?')}, label {ver.label_rule}, "
+          f"layout {'+'.join(ver.layout)})")
+    print("held-out prompts: threshold -> flag rate, eta_FP (wrong tokens passed), TV bound")
+    rows = ver.calibration if args.all else ver.calibration[4::5]
+    print(f"{'threshold':>9} {'flag rate':>9} {'eta_FP':>7} {'false flag':>10} {'accuracy':>8} "
+          f"{'TV bound':>9}")
+    tv = ver.tv_pq or float("nan")
+    for r in rows:
+        print(f"{r.threshold:9.2f} {r.flag_rate:9.3f} {r.eta_fp:7.3f} {r.false_flag_rate:10.3f} "
+              f"{r.accuracy:8.3f} {r.eta_fp * tv:9.4f}")
+    print("presets: " + ", ".join(f"{k}={v:g}" for k, v in ver.presets.items()))
+    print(f"threshold ({why}): {chosen:g}  -> flag rate {row.flag_rate:.3f}, eta_FP {row.eta_fp:.3f}")
+    print(tv_bound_line(row.eta_fp, ver.tv_pq))
+    return 0
