@@ -53,7 +53,7 @@ def fixture_engine(fixture_target_path: Path, fixture_draft_path: Path):
     from sprinter_edge import Engine, Hardware
 
     engine = Engine(fixture_target_path, fixture_draft_path, method="sd",
-                    hardware=Hardware(n_ctx=1024, n_threads=2), verifier="confidence")
+                    hardware=Hardware(n_ctx=1024, n_threads=1), verifier="confidence")
     engine.load()
     yield engine
     engine.close()

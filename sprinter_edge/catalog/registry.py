@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -49,7 +50,10 @@ class PairSpec:
     extra: dict[str, str] = field(default_factory=dict)
 
     def verifier_path(self) -> Path | None:
-        return models_dir() / self.verifier if self.verifier else None
+        if not self.verifier:
+            return None
+        path = Path(self.verifier).expanduser()
+        return path if path.is_absolute() else models_dir() / path
 
 
 @dataclass(frozen=True)
@@ -105,9 +109,15 @@ def parse_registry(data: dict) -> Registry:
     return Registry(models=models, pairs=pairs, default_pair=default)
 
 
+def registry_path() -> Path:
+    """models/pairs.toml, or the file named by SPRINTER_EDGE_REGISTRY (a private registry)."""
+    env = os.environ.get("SPRINTER_EDGE_REGISTRY")
+    return Path(env).expanduser() if env else models_dir() / "pairs.toml"
+
+
 @lru_cache(maxsize=1)
 def load_registry() -> Registry:
-    path = models_dir() / "pairs.toml"
+    path = registry_path()
     try:
         with path.open("rb") as fh:
             return parse_registry(tomllib.load(fh))
