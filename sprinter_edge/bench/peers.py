@@ -1,0 +1,157 @@
+"""llama-cpp-python as a user would run it: the target alone through
+`Llama.create_completion`, and the same with its own `draft_model=` hook fed by the pair's
+draft GGUF.
+
+llama-cpp-python ships only `LlamaPromptLookupDecoding` for that hook; `GgufDraftModel`
+below is the small `LlamaDraftModel` a user writes to plug a draft model in: a second
+`Llama` that keeps its KV cache in step with the target's tokens and proposes
+`num_pred_tokens` greedy tokens a round. The hook forces `logits_all=True` on the target
+(an n_ctx x n_vocab float buffer) and accepts a draft token when the target's sampled
+token equals it (no p/q test): under greedy decoding the output is the target's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backend import native
+
+log = logging.getLogger(__name__)
+
+
+def unavailable_reason() -> str | None:
+    """Why the llama-cpp peers cannot run in this process, or None."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - a hard dependency
+        return f"llama-cpp-python not importable: {exc}"
+    if native.avoid_extra_buffers():
+        return ("this llama.cpp build uses AMX, which crashes on the first decode here, and "
+                "llama_cpp.Llama cannot turn extra buffer types off")
+    return None
+
+
+def _llama(path: Path, n_ctx: int, n_threads: int | None, **kw: Any) -> Any:
+    from llama_cpp import Llama
+
+    threads = n_threads or os.cpu_count() or 1
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
+        return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
+                     n_threads_batch=threads, verbose=False, **kw)
+
+
+class GgufDraftModel:
+    """A `LlamaDraftModel` backed by a draft GGUF (llama-cpp-python ships none)."""
+
+    def __init__(self, path: str | Path, *, num_pred_tokens: int = 4, n_ctx: int = 2048,
+                 n_threads: int | None = None):
+        self.num_pred_tokens = num_pred_tokens
+        self.llm = _llama(Path(path), n_ctx, n_threads)
+        self.calls = 0
+        self.seconds = 0.0
+
+    def _is_eog(self, token: int) -> bool:
+        import llama_cpp
+
+        return bool(llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token))
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        t0 = time.perf_counter()
+        llm = self.llm
+        ids = [int(t) for t in input_ids]
+        held = llm.input_ids[: llm.n_tokens].tolist()
+        keep = 0
+        limit = min(len(held), len(ids) - 1)  # always decode the last token for fresh logits
+        while keep < limit and held[keep] == ids[keep]:
+            keep += 1
+        llm._ctx.kv_cache_seq_rm(-1, keep, -1)
+        llm.n_tokens = keep
+        pending = ids[keep:]
+        out: list[int] = []
+        room = llm.n_ctx() - len(ids) - 1
+        for _ in range(max(0, min(self.num_pred_tokens, room))):
+            llm.eval(pending)
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+            token = int(logits.argmax())
+            out.append(token)
+            if self._is_eog(token):
+                break
+            pending = [token]
+        self.calls += 1
+        self.seconds += time.perf_counter() - t0
+        return np.array(out, dtype=np.intc)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.llm.close()
+
+
+# the hook's declared interface, when available (it is an ABC with __call__ only)
+with contextlib.suppress(ImportError):  # pragma: no branch
+    from llama_cpp.llama_speculative import LlamaDraftModel
+
+    LlamaDraftModel.register(GgufDraftModel)
+
+
+@dataclass
+class PeerRun:
+    tokens: list[int]
+    text: str
+    new_tokens: int
+    prefill_seconds: float  # until the first token arrived (prompt + one decode)
+    decode_seconds: float  # after the first token
+    total_seconds: float
+    finish_reason: str
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens after the first over the time after the first (eval speed)."""
+        return (self.new_tokens - 1) / self.decode_seconds if self.new_tokens > 1 and \
+            self.decode_seconds > 0 else 0.0
+
+
+class LlamaCppPeer:
+    """One llama-cpp-python `Llama` of the target, optionally with the draft hook."""
+
+    def __init__(self, name: str, target: Path, *, draft: Path | None = None, n_ctx: int = 1024,
+                 n_threads: int | None = None, num_pred_tokens: int = 4):
+        self.name = name
+        self.draft = GgufDraftModel(draft, num_pred_tokens=num_pred_tokens, n_ctx=n_ctx,
+                                    n_threads=n_threads) if draft else None
+        self.llm = _llama(target, n_ctx, n_threads, draft_model=self.draft)
+
+    def generate(self, prompt: list[int], max_tokens: int) -> PeerRun:
+        """Greedy completion of the prompt tokens, streamed to time the first token."""
+        llm = self.llm
+        t0 = time.perf_counter()
+        t_first = None
+        text = ""
+        finish = ""
+        for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0,
+                                           top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
+                                           stream=True):
+            if t_first is None:
+                t_first = time.perf_counter()
+            choice = chunk["choices"][0]
+            text += choice.get("text") or ""
+            finish = choice.get("finish_reason") or finish
+        t_end = time.perf_counter()
+        tokens = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) if text else []
+        t_first = t_first or t_end
+        return PeerRun(tokens, text, len(tokens), t_first - t0, t_end - t_first, t_end - t0,
+                       finish or "length")
+
+    def close(self) -> None:
+        for m in (self.llm, self.draft):
+            with contextlib.suppress(Exception):
+                if m is not None:
+                    m.close()

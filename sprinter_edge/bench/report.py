@@ -1,0 +1,74 @@
+"""The report: everything as JSON, the summary as a Markdown table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+COLUMNS = (
+    ("method", "method", "{}"),
+    ("tokens_per_second", "tok/s", "{:.2f}"),
+    ("ratio_vs_ar", "vs ar", "{:.2f}x"),
+    ("predicted_tps", "pred tok/s", "{:.2f}"),
+    ("predicted_ratio_flat", "flat-cost pred", "{:.2f}x"),
+    ("target_calls_per_token", "tgt calls/tok", "{:.3f}"),
+    ("kept", "kept", "{}"),
+    ("mean_run_length", "run len", "{:.1f}"),
+    ("time_split", "time d/t/v/o %", "split"),
+    ("peak_rss_mib", "peak RSS MiB", "{:.0f}"),
+    ("pass_at_1", "pass@1", "{:.2f}"),
+    ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
+    ("exact_match", "exact vs ar", "{:.2f}"),
+    ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
+    ("eta_fp", "eta_FP", "{:.3f}"),
+    ("tv_bound", "TV bound", "{:.3f}"),
+)
+
+
+def _cell(value: object, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if fmt == "split":
+        s = value  # type: ignore[assignment]
+        return "/".join(f"{100 * s[k]:.0f}" for k in ("draft", "target", "verifier", "overhead"))  # type: ignore[index]
+    return fmt.format(value)
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = ["| " + " | ".join(_cell(r.get(k), f) for k, _, f in COLUMNS) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "bench.json", out / "bench.md"
+    json_path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    lines = ["# sprinter-edge bench", "", f"command: `{data.get('command', '')}`", "",
+             f"machine: {data.get('machine', {}).get('description', '')}", "",
+             markdown_table(rows), "",
+             "time split: share of decode time in draft / target / verifier / other (prefill "
+             "excluded). pred tok/s: the cost model from this machine's measured decode costs "
+             "and the method's counters; flat-cost pred: speed vs ar if a batch cost one token.",
+             ""]
+    if data.get("cost_model"):
+        lines += ["## decode cost (ms per call)", "", cost_table(data["cost_model"]), ""]
+    if data.get("notes"):
+        lines += ["## notes", "", *[f"- {n}" for n in data["notes"]], ""]
+    md_path.write_text("\n".join(lines), encoding="utf-8")
+    return json_path, md_path
+
+
+def cost_table(cost: dict) -> str:
+    models = [(k, v) for k, v in cost.items() if v]
+    sizes = sorted({int(n) for _, v in models for n in v["last_row_ms"]})
+    head = "| model | rows | " + " | ".join(f"n={n}" for n in sizes) + " |"
+    sep = "|---|---|" + "|".join("---" for _ in sizes) + "|"
+    body = []
+    for name, v in models:
+        for key, label in (("last_row_ms", "last row"), ("all_rows_ms", "all rows")):
+            cells = [f"{v[key][str(n)]:.0f}" if str(n) in v[key] else "-" for n in sizes]
+            body.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join([head, sep, *body])

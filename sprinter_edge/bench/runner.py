@@ -1,0 +1,210 @@
+"""Run every method on every prompt, interleaved prompt by prompt.
+
+For each prompt `ar` runs first (its greedy output is the reference for the quality
+columns and for the oracle verifier), then the other methods in an order rotated per
+prompt, so slow drifts of a shared machine spread over all methods alike. Speed ratios are
+taken against `ar` measured in the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..api import Engine
+from ..decoding.base import Origin, Stats
+from ..verifiers.simple import Oracle
+from . import memory, quality
+from .peers import LlamaCppPeer
+from .prompts import BenchPrompt
+
+log = logging.getLogger(__name__)
+
+ENGINE_METHODS = ("ar", "sd", "sprinter", "oracle", "draft")
+PEER_METHODS = ("llama-cpp", "llama-cpp-draft")
+ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One row of the report: a decoding method with its settings."""
+
+    label: str
+    kind: str  # ar, sd, sprinter, oracle, draft, llama-cpp, llama-cpp-draft
+    threshold: float | None = None
+
+    @property
+    def engine_method(self) -> str:
+        return "sprinter" if self.kind == "oracle" else self.kind
+
+
+def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None) -> list[MethodSpec]:
+    """`sprinter` becomes one row per threshold (the verifier's default when none given)."""
+    specs: list[MethodSpec] = []
+    for name in names:
+        if name not in ALL_METHODS:
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
+        if name == "sprinter" and thresholds:
+            specs += [MethodSpec(f"sprinter@{t:g}", "sprinter", t) for t in thresholds]
+        else:
+            specs.append(MethodSpec(name, name))
+    if not any(s.kind == "ar" for s in specs):
+        specs.insert(0, MethodSpec("ar", "ar"))  # the reference every ratio needs
+    return specs
+
+
+@dataclass
+class RunRecord:
+    """One method on one prompt."""
+
+    method: str
+    prompt_id: str
+    prompt_kind: str
+    text: str
+    tokens: list[int]
+    stats: dict
+    new_tokens: int
+    decode_seconds: float
+    tokens_per_second: float
+    peak_rss_mib: float
+    rouge_l: float | None = None
+    exact_match: bool | None = None
+    prefix_agreement: float | None = None
+    mean_logprob: float | None = None
+    greedy_agreement: float | None = None
+    false_pass: dict | None = None
+    humaneval: dict | None = None
+    _origins: list[Origin] = field(default_factory=list, repr=False)
+    _stats: Stats | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("_origins")
+        d.pop("_stats")
+        return d
+
+
+@dataclass
+class RunConfig:
+    max_tokens: int = 128
+    temperature: float = 0.0
+    warmup: bool = True
+    humaneval_timeout: float = 10.0
+    peer_ctx: int = 2048
+    threads: int | None = None
+    draft_len: int = 4
+
+
+class Runner:
+    def __init__(self, engine: Engine, specs: Sequence[MethodSpec], config: RunConfig,
+                 *, target_path: Path | None = None, draft_path: Path | None = None):
+        self.engine = engine
+        self.specs = list(specs)
+        self.config = config
+        self.target_path = target_path or engine.target_path
+        self.draft_path = draft_path or engine.draft_path
+        self.peers: dict[str, LlamaCppPeer] = {}
+        self.interrupted = False
+
+    # ------------------------------------------------------------------ set-up
+    def _peer(self, kind: str) -> LlamaCppPeer:
+        if kind not in self.peers:
+            draft = self.draft_path if kind == "llama-cpp-draft" else None
+            self.peers[kind] = LlamaCppPeer(kind, self.target_path, draft=draft,
+                                            n_ctx=self.config.peer_ctx, n_threads=self.config.threads,
+                                            num_pred_tokens=self.config.draft_len)
+        return self.peers[kind]
+
+    def close(self) -> None:
+        for peer in self.peers.values():
+            peer.close()
+        self.peers.clear()
+
+    # ------------------------------------------------------------------ one run
+    def _run_engine(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
+                    max_tokens: int) -> tuple[list[int], str, Stats, list[Origin]]:
+        verifier = Oracle(reference or []) if spec.kind == "oracle" else None
+        threshold = 0.5 if spec.kind == "oracle" else spec.threshold
+        res = self.engine.generate(prompt, max_tokens=max_tokens, temperature=self.config.temperature,
+                                   method=spec.engine_method, threshold=threshold, verifier=verifier)
+        return res.token_ids, res.text, res.stats, res.origins
+
+    def run_one(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
+                max_tokens: int) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
+        memory.reset_peak()
+        if spec.kind in PEER_METHODS:
+            r = self._peer(spec.kind).generate(prompt, max_tokens)
+            stats = {"method": spec.kind, "new_tokens": r.new_tokens, "prefill_seconds": r.prefill_seconds,
+                     "decode_seconds": r.decode_seconds, "total_seconds": r.total_seconds,
+                     "finish_reason": r.finish_reason,
+                     "tokens_per_second": round(r.tokens_per_second, 3)}
+            return (r.tokens, r.text, None, [], stats, r.decode_seconds,
+                    max(r.new_tokens - 1, 0))
+        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens)
+        return tokens, text, st, origins, st.to_dict(), st.decode_seconds, st.new_tokens
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, prompts: Sequence[BenchPrompt],
+            progress: Callable[[str], None] | None = None) -> list[RunRecord]:
+        encoded = [self.engine.encode(p.text) for p in prompts]
+        if self.config.warmup and encoded:
+            for spec in self.specs:
+                self.run_one(spec, encoded[0], None, 8)
+        records: list[RunRecord] = []
+        others = [s for s in self.specs if s.kind != "ar"]
+        ar_spec = next(s for s in self.specs if s.kind == "ar")
+        try:
+            for i, (bp, toks) in enumerate(zip(prompts, encoded, strict=True)):
+                records += self._prompt(i, bp, toks, others, ar_spec, progress)
+        except KeyboardInterrupt:  # keep the prompts that finished: a partial report
+            log.warning("interrupted: reporting the %d runs of the prompts that finished", len(records))
+            self.interrupted = True
+        if any(p.kind == "humaneval" for p in prompts):
+            by_id = {p.id: p for p in prompts}
+            for rec in records:
+                if rec.prompt_kind == "humaneval":
+                    res = quality.check_humaneval(by_id[rec.prompt_id].problem, rec.text,
+                                                  self.config.humaneval_timeout)
+                    rec.humaneval = dataclasses.asdict(res)
+        return records
+
+    def _prompt(self, i: int, bp: BenchPrompt, toks: list[int], others: list[MethodSpec],
+                ar_spec: MethodSpec, progress: Callable[[str], None] | None) -> list[RunRecord]:
+        """Every method on one prompt: ar first, the others in an order rotated by i."""
+        records: list[RunRecord] = []
+        k = i % len(others) if others else 0
+        order = [ar_spec] + others[k:] + others[:k]
+        reference: list[int] | None = None
+        ref_text = ""
+        for spec in order:
+            tokens, text, st, origins, sdict, dec_s, timed_tokens = self.run_one(
+                spec, toks, reference, self.config.max_tokens)
+            rec = RunRecord(spec.label, bp.id, bp.kind, text, tokens, sdict,
+                            len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
+                            memory.peak_rss_mib(), _origins=origins, _stats=st)
+            if spec.kind == "ar":
+                reference, ref_text = tokens, text
+            self._score(rec, spec, toks, reference, ref_text, st)
+            records.append(rec)
+            log.info("%s %s: %d tokens, %.2f tok/s", bp.id, spec.label, rec.new_tokens,
+                     rec.tokens_per_second)
+            if progress:
+                progress(f"{bp.id} {spec.label}")
+        return records
+
+    def _score(self, rec: RunRecord, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
+               ref_text: str, st: Stats | None) -> None:
+        if reference is not None:
+            rec.rouge_l = quality.rouge_l(rec.text, ref_text)
+            rec.exact_match, rec.prefix_agreement = quality.token_agreement(rec.tokens, reference)
+        draft = self.engine.draft if spec.engine_method == "sprinter" else None
+        scores = quality.score_tokens(self.engine.target, prompt, rec.tokens, draft)
+        if scores is None:
+            return
+        rec.mean_logprob = float(scores.logprob.mean())
+        rec.greedy_agreement = float(scores.greedy.mean())
+        if st is not None and spec.engine_method == "sprinter":
+            rec.false_pass = dataclasses.asdict(quality.false_pass(rec._origins, scores, st.resampled))
