@@ -111,7 +111,11 @@ def run_train(args: argparse.Namespace) -> int:
     cfg = TrainConfig(label=args.label, seed=args.split_seed,
                       candidates=tuple(args.models.split(",")) if args.models else None,
                       time_budget_s=max(left, 30) if left else None)
-    pair_name = None if args.target else args.pair
+    pair_name = None
+    if not args.target:
+        from ..catalog.registry import load_registry
+
+        pair_name = load_registry().pair(args.pair).name
     result, report = train_and_export(args.data, args.out, cfg, pair_name=pair_name)
     print(report_markdown(report))
     print()
