@@ -18,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAFT_BLOCKS = 20
-FIXTURE_CACHE = Path(os.environ.get("SPRINTER_EDGE_TEST_CACHE", Path.home() / ".cache" / "sprinter-edge-tests"))
+FIXTURE_CACHE = Path(
+    os.environ.get("SPRINTER_EDGE_TEST_CACHE", Path.home() / ".cache" / "sprinter-edge-tests"))
 
 sys.path.insert(0, str(ROOT / "tools"))
 

@@ -194,6 +194,11 @@ def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
         raise DownloadError(f"{spec.repo}@{spec.revision}/{spec.file} not found on the Hub") from exc
     except (HfHubHTTPError, OSError) as exc:
         raise DownloadError(f"download of {spec.repo}/{spec.file} failed: {exc}") from exc
+    except Exception as exc:  # the HTTP client's own errors (dropped connection, protocol, ...)
+        raise DownloadError(
+            f"download of {spec.repo}/{spec.file} broke off ({type(exc).__name__}: {exc}); "
+            "nothing partial was kept; run `sprinter-edge pull` again"
+        ) from exc
     return Path(path)
 
 

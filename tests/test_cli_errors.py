@@ -1,0 +1,81 @@
+"""Bad input: one clear message, a non-zero exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sprinter_edge", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def assert_clean_error(r: subprocess.CompletedProcess[str], code: int, text: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert text in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "Segmentation" not in r.stderr
+    assert r.stderr.count("error:") == 1
+
+
+def test_missing_model_file(tmp_path: Path) -> None:
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(tmp_path / "nope.gguf"))
+    assert_clean_error(r, 3, "model file not found")
+
+
+def test_file_that_is_not_gguf(tmp_path: Path) -> None:
+    bogus = tmp_path / "model.gguf"
+    bogus.write_text("this is not a model")
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(bogus))
+    assert_clean_error(r, 3, "not a GGUF file")
+
+
+def test_truncated_gguf(tmp_path: Path, fixture_target_path: Path) -> None:
+    cut = tmp_path / "cut.gguf"
+    with fixture_target_path.open("rb") as src:
+        cut.write_bytes(src.read(20_000_000))
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(cut))
+    assert_clean_error(r, 3, "cannot load model")
+
+
+def test_unknown_pair() -> None:
+    r = run_cli("generate", "hi", "--pair", "no-such-pair")
+    assert_clean_error(r, 2, "unknown pair")
+
+
+def test_draft_without_target(fixture_draft_path: Path) -> None:
+    r = run_cli("generate", "hi", "--draft", str(fixture_draft_path))
+    assert_clean_error(r, 1, "--draft needs --target")
+
+
+@pytest.mark.integration
+def test_tokenizer_mismatch(fixture_target_path: Path, default_pair_paths: tuple[Path, Path]) -> None:
+    qwen_draft, _ = default_pair_paths
+    r = run_cli("generate", "hi", "--method", "sd", "--draft", str(qwen_draft),
+                "--target", str(fixture_target_path))
+    assert_clean_error(r, 4, "do not share a tokenizer")
+
+
+def test_generate_json_contract(fixture_target_path: Path, fixture_draft_path: Path) -> None:
+    r = run_cli("generate", "Say hello", "--method", "sd", "--max-tokens", "12", "--json",
+                "--draft", str(fixture_draft_path), "--target", str(fixture_target_path))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["method"] == "sd" and isinstance(out["token_ids"], list) and out["text"]
+    for key in ("target_calls", "new_tokens", "tokens_per_second", "kept", "accepted", "resampled",
+                "bonus", "draft_seconds", "target_seconds", "verifier_seconds", "overhead_seconds"):
+        assert key in out["stats"]
+    assert out["stats"]["new_tokens"] >= len(out["token_ids"])
+
+
+def test_help_explains_every_flag() -> None:
+    r = run_cli("generate", "--help")
+    assert r.returncode == 0
+    for flag in ("--method", "--max-tokens", "--temperature", "--seed", "--threshold", "--chat",
+                 "--no-chat", "--json", "--pair", "--draft", "--target", "--gpu", "--threads", "--ctx"):
+        assert flag in r.stdout

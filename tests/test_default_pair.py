@@ -1,0 +1,72 @@
+"""Bounded integration tests on the real default pair (Qwen2.5-Coder 0.5B -> 1.5B, Q4_K_M).
+
+On this pair llama.cpp's CPU kernels are NOT batch-invariant: for batches of 4+ tokens the
+repacked Q4_K matmuls give logits up to ~0.6 away from one-token decoding (measured; the
+fixture tests show the algorithm itself is exact). So `sd` greedy equals `ar` greedy except
+where the target's own top two logits are within that noise: the test checks that every
+divergence is such a numerical tie, and that they are rare.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sprinter_edge import Engine
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = (Path(__file__).parent / "data" / "prompts_equivalence.txt").read_text().splitlines()
+TIE_TOLERANCE = 1.5  # logits: twice the largest batch-vs-single difference measured (0.63)
+
+
+def test_sd_greedy_matches_ar_up_to_numerical_ties(default_engine: Engine) -> None:
+    identical = 0
+    gaps = []
+    for prompt in PROMPTS[:20]:
+        ar = default_engine.generate(prompt, max_tokens=24, method="ar")
+        sd = default_engine.generate(prompt, max_tokens=24, method="sd")
+        if sd.token_ids == ar.token_ids:
+            identical += 1
+            continue
+        i = next(k for k, (a, b) in enumerate(zip(ar.token_ids, sd.token_ids, strict=False)) if a != b)
+        tokens = default_engine.encode(prompt) + ar.token_ids[:i]
+        target = default_engine.target
+        target.reset()
+        logits = target.sync(tokens, n_logits=1).logits[0]
+        gap = float(logits[ar.token_ids[i]] - logits[sd.token_ids[i]])
+        gaps.append(gap)
+        assert 0 <= gap < TIE_TOLERANCE, (prompt, i, gap)
+    print(f"\nsd == ar on {identical}/20 prompts; tie gaps at divergences: {np.round(gaps, 3)}")
+    assert identical >= 10
+
+
+def test_four_methods_in_one_run(default_engine: Engine) -> None:
+    prompt = "Write a Python function that returns the n-th Fibonacci number iteratively."
+    rows = {}
+    for method in ("ar", "draft", "sd", "sprinter"):
+        r = default_engine.generate(prompt, max_tokens=48, method=method)
+        s = r.stats
+        produced = s.target_sampled + s.draft_sampled + s.kept + s.accepted + s.resampled + s.bonus
+        assert produced == s.new_tokens
+        assert r.text
+        rows[method] = s
+    print("\n" + "\n".join(f"{m:9} {s.tokens_per_second:6.2f} tok/s  target calls {s.target_calls}"
+                           for m, s in rows.items()))
+    assert rows["sprinter"].target_calls < rows["ar"].target_calls
+    assert rows["draft"].target_calls == 0
+
+
+def test_hidden_states_do_not_make_prefill_pay_for_every_position(default_engine: Engine) -> None:
+    draft = default_engine.draft
+    tokens = default_engine.encode("Explain the difference between TCP and UDP. " * 6)
+    draft.reset()
+    out = draft.sync(tokens, n_logits=1, hidden=True)
+    assert out.hidden is not None and out.hidden.shape == (1, draft.n_embd)
+    assert np.isfinite(out.hidden).all() and np.abs(out.hidden).sum() > 0
+    # the hidden state is the one the LM head reads: same logits as a plain decode
+    draft.rollback(len(tokens) - 1)
+    plain = draft.sync(tokens, n_logits=1).logits[0]
+    assert np.allclose(plain, out.logits[0], atol=1e-3)
