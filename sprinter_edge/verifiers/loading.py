@@ -27,7 +27,7 @@ def resolve_verifier(spec: str | Verifier, pair: object, draft: object, target: 
             return _load_onnx(path, draft, target)
         log.warning(
             "no trained verifier for this pair: SPRINTER uses the draft-confidence rule "
-            "(train one with `sprinter-edge train`)"
+            "(train one with `sprinter-edge verifier train`)"
         )
         return Confidence()
     path = Path(spec)
