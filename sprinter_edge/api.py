@@ -227,6 +227,8 @@ class Engine:
             threshold=thr if thr is not None else 0.5,
             run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
         )
+        if ver is not None:
+            ctx.stats.verifier = ver.name
         self.last_stats = ctx.stats
         return Generation(strategy, ctx, tokens, stop=stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]

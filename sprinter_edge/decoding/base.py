@@ -35,6 +35,7 @@ Step = list[tuple[int, Origin]]
 @dataclass
 class Stats:
     method: str = ""
+    verifier: str | None = None  # sprinter: which verifier scored the draft tokens
     prompt_tokens: int = 0
     new_tokens: int = 0
     # where the new tokens came from

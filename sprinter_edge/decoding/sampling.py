@@ -47,14 +47,18 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def confidence(logits: np.ndarray) -> tuple[float, float]:
-    """The draft's own confidence at temperature 1: max probability and entropy (nats)."""
-    z = logits.astype(np.float64) - float(np.max(logits))
+    """The draft's own confidence at temperature 1: max probability and entropy (nats).
+
+    float32 exponentials with float64 sums: ~10x cheaper than float64 over a 152k vocabulary,
+    and accurate to ~1e-6. No np.dot: a BLAS call wakes OpenBLAS threads that spin and steal
+    the cores llama.cpp needs."""
+    x = np.asarray(logits, dtype=np.float32)
+    z = x - x.max()
     e = np.exp(z)
-    s = e.sum()
-    p = e / s
-    # no np.dot: a BLAS call wakes OpenBLAS threads that spin and steal cores from llama.cpp
-    entropy = float(np.log(s) - (p * z).sum())
-    return float(1.0 / s), entropy
+    s = float(e.sum(dtype=np.float64))
+    e *= z
+    entropy = float(np.log(s) - e.sum(dtype=np.float64) / s)
+    return 1.0 / s, entropy
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
