@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from .backend.llama import LlamaModel, LoadOptions
@@ -271,10 +271,6 @@ class Engine:
         return self.generate(list(messages), max_tokens=max_tokens, temperature=temperature,
                              top_k=top_k, top_p=top_p, seed=seed, stop=stop, method=method,
                              threshold=threshold, verifier=verifier)
-
-    def with_settings(self, **changes: object) -> DecodeSettings:
-        self.settings = replace(self.settings, **changes)  # type: ignore[arg-type]
-        return self.settings
 
 
 def check_same_tokenizer(draft: LlamaModel, target: LlamaModel) -> None:
