@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,27 @@ from ..verifiers.onnx import FORMAT, OnnxVerifier
 log = logging.getLogger(__name__)
 
 
+@contextlib.contextmanager
+def _bool_attributes_as_ints() -> Iterator[None]:
+    """skl2onnx 1.20 puts numpy bools into integer attribute lists of tree ensembles
+    (HistGradientBoosting), which current onnx rejects: cast them while converting."""
+    import onnx.helper as helper
+
+    original = helper.make_attribute
+
+    def make_attribute(key: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(value, (list, tuple, np.ndarray)) and any(
+                isinstance(v, (bool, np.bool_)) for v in value):
+            value = [int(v) for v in value]
+        return original(key, value, *args, **kwargs)
+
+    helper.make_attribute = make_attribute
+    try:
+        yield
+    finally:
+        helper.make_attribute = original
+
+
 def to_onnx(pipeline: Pipeline, n_features: int, *, double: bool = False) -> Any:
     """The pipeline as an ONNX model: input `features` [N, n_features], outputs `label` and
     `probabilities` [N, 2] (column 1 = P(accept))."""
@@ -25,9 +48,10 @@ def to_onnx(pipeline: Pipeline, n_features: int, *, double: bool = False) -> Any
 
     clf = pipeline.steps[-1][1]
     tensor = DoubleTensorType if double else FloatTensorType
-    return convert_sklearn(pipeline, initial_types=[("features", tensor([None, n_features]))],
-                           options={id(clf): {"zipmap": False}},
-                           target_opset={"": 17, "ai.onnx.ml": 3})
+    with _bool_attributes_as_ints():
+        return convert_sklearn(pipeline, initial_types=[("features", tensor([None, n_features]))],
+                               options={id(clf): {"zipmap": False}},
+                               target_opset={"": 17, "ai.onnx.ml": 3})
 
 
 def export(pipeline: Pipeline, path: str | Path, *, layout: tuple[str, ...], n_features: int,

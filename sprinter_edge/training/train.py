@@ -28,7 +28,7 @@ from .models import CANDIDATES, Candidate, candidate
 log = logging.getLogger(__name__)
 
 FALLBACK = "logreg-maxprob"
-MATCH_TOLERANCE = 0.01  # eta_FP points a learned model may lose at one matched flag rate
+MATCH_TOLERANCE = 0.0  # a learned model must never be worse than the confidence rule at a matched flag rate
 
 
 @dataclass(frozen=True)
