@@ -38,7 +38,8 @@ def test_sd_greedy_matches_ar_up_to_numerical_ties(default_engine: Engine) -> No
         logits = target.sync(tokens, n_logits=1).logits[0]
         gap = float(logits[ar.token_ids[i]] - logits[sd.token_ids[i]])
         gaps.append(gap)
-        assert 0 <= gap < TIE_TOLERANCE, (prompt, i, gap)
+        # recomputed in one batch, so either token may come out ahead: a tie either way
+        assert abs(gap) < TIE_TOLERANCE, (prompt, i, gap)
     print(f"\nsd == ar on {identical}/20 prompts; tie gaps at divergences: {np.round(gaps, 3)}")
     assert identical >= 10
 
@@ -62,11 +63,15 @@ def test_four_methods_in_one_run(default_engine: Engine) -> None:
 def test_hidden_states_do_not_make_prefill_pay_for_every_position(default_engine: Engine) -> None:
     draft = default_engine.draft
     tokens = default_engine.encode("Explain the difference between TCP and UDP. " * 6)
+    assert len(tokens) > 50
     draft.reset()
+    before = draft.output_rows
     out = draft.sync(tokens, n_logits=1, hidden=True)
+    # llama.cpp computed the logits of the last row only, not of every prompt position
+    assert draft.output_rows - before == 1
     assert out.hidden is not None and out.hidden.shape == (1, draft.n_embd)
     assert np.isfinite(out.hidden).all() and np.abs(out.hidden).sum() > 0
     # the hidden state is the one the LM head reads: same logits as a plain decode
     draft.rollback(len(tokens) - 1)
     plain = draft.sync(tokens, n_logits=1).logits[0]
-    assert np.allclose(plain, out.logits[0], atol=1e-3)
+    assert np.allclose(plain, out.logits[0], atol=1e-4)

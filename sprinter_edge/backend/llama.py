@@ -48,6 +48,8 @@ class DecodeOutput:
 
 
 GGUF_MAGIC = b"GGUF"
+# Extra output rows accepted to keep a hidden-state decode in one call (see eval).
+HIDDEN_EXTRA_ROWS = 4
 
 
 def check_gguf_file(path: Path) -> None:
@@ -123,6 +125,7 @@ class LlamaModel:
         self.eot_id = llama_cpp.llama_vocab_eot(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.last_decoded = 0  # tokens decoded by the last eval()
+        self.output_rows = 0  # rows of logits llama.cpp computed so far (what a batch pays for)
         self.tokens: list[int] = []  # exactly what the KV cache holds, positions 0..n-1
 
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -260,16 +263,19 @@ class LlamaModel:
                 f"context full: {start} + {n} tokens exceed the context size {self.n_ctx} "
                 f"of {self.path.name}"
             )
-        # Chunks of at most n_batch tokens; the last chunk holds every requested row.
+        # Chunks of at most n_batch tokens; the last chunk holds every requested row. With
+        # hidden states on, llama.cpp makes EVERY token of the batch an output (logits over
+        # the whole vocabulary): beyond a few extra rows, the tokens before the requested
+        # ones go in a separate decode with hidden states off.
         last_len = min(n, self.n_batch)
+        if hidden and last_len - n_logits > HIDDEN_EXTRA_ROWS:
+            last_len = n_logits
         head = n - last_len
         pos = 0
         while pos < head:
             step = min(self.n_batch, head - pos)
             self._decode(tokens[pos : pos + step], start + pos, 0, embeddings=False)
             pos += step
-        # Hidden states: llama.cpp makes every token of an embeddings batch an output, so
-        # they are switched on only here, for the (short) last chunk.
         self._decode(tokens[head:], start + head, n_logits, embeddings=hidden)
         self.tokens.extend(tokens)
         self.last_decoded = n
@@ -303,6 +309,7 @@ class LlamaModel:
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
             batch.logits[i] = i >= first_out
+        self.output_rows += n if embeddings else n_logits
         rc = llama_cpp.llama_decode(self._ctx, batch)
         if rc != 0:
             # Leave the cache as it was before this call.
