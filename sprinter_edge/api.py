@@ -13,7 +13,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
 
 from .backend.llama import LlamaModel, LoadOptions
 from .catalog.registry import PairSpec, load_registry
@@ -24,9 +23,6 @@ from .errors import ContextOverflowError, SprinterError, TokenizerMismatchError
 from .prompting import Message, prompt_tokens, render_chat
 from .verifiers.base import Verifier
 from .verifiers.loading import resolve_verifier
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
@@ -45,21 +41,6 @@ class Hardware:
         layers = self.draft_gpu_layers if role == "draft" else self.target_gpu_layers
         return LoadOptions(n_ctx=self.n_ctx, n_threads=self.n_threads,
                            n_gpu_layers=999 if layers < 0 else layers, n_batch=self.n_batch)
-
-
-class GenerateOptions(TypedDict, total=False):
-    """The keyword options of `Engine.stream`, `generate` and `chat`."""
-
-    max_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
-    seed: int | None
-    stop: Sequence[str]
-    chat: bool
-    method: str | None
-    threshold: float | None
-    verifier: Verifier | None
 
 
 @dataclass
@@ -252,14 +233,44 @@ class Engine:
         return Generation(strategy, ctx, tokens, stop=stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
 
-    def generate(self, prompt: str | Sequence[Message] | list[int],
-                 **options: Unpack[GenerateOptions]) -> GenerationResult:
-        """Generate to the end and return the text, tokens and counters (options: `stream`)."""
-        return self.stream(prompt, **options).consume()
+    def generate(
+        self,
+        prompt: str | Sequence[Message] | list[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        chat: bool = True,
+        method: str | None = None,
+        threshold: float | None = None,
+        verifier: Verifier | None = None,
+    ) -> GenerationResult:
+        """Generate to the end and return the text, tokens and counters (see `stream`)."""
+        return self.stream(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                           top_p=top_p, seed=seed, stop=stop, chat=chat, method=method,
+                           threshold=threshold, verifier=verifier).consume()
 
-    def chat(self, messages: Sequence[Message], **options: Unpack[GenerateOptions]) -> GenerationResult:
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        method: str | None = None,
+        threshold: float | None = None,
+        verifier: Verifier | None = None,
+    ) -> GenerationResult:
         """Reply to a conversation: messages are {"role": ..., "content": ...} dicts."""
-        return self.generate(list(messages), **options)
+        return self.generate(list(messages), max_tokens=max_tokens, temperature=temperature,
+                             top_k=top_k, top_p=top_p, seed=seed, stop=stop, method=method,
+                             threshold=threshold, verifier=verifier)
 
 
 def check_same_tokenizer(draft: LlamaModel, target: LlamaModel) -> None:
