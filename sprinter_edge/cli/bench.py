@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import add_model_args, engine_from
+from .common import add_hardware_args, add_model_args, engine_from
 
 DEFAULTS = dict(humaneval=12, chat=4, max_tokens=128)
 QUICK = dict(humaneval=1, chat=1, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
@@ -67,11 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-warmup", action="store_true",
                    help="skip the short untimed warm-up generation of each method")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group("hardware")
-    g.add_argument("--threads", type=int, default=None, help="CPU threads per model (default: all cores)")
-    g.add_argument("--ctx", type=int, default=2048, help="context size in tokens")
-    g.add_argument("--gpu", action="store_true", help="offload every layer to Metal/CUDA (GPU build)")
-    p.set_defaults(func=run, draft_gpu_layers=None, target_gpu_layers=None)
+    add_hardware_args(p)
+    p.set_defaults(func=run, ctx=2048)
 
 
 def _machine(threads: int | None) -> dict:
@@ -117,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
         if why:
             notes.append(f"llama-cpp rows skipped: {why}")
             methods = [m for m in methods if m not in runner.PEER_METHODS]
-    args.method, args.target_gpu_layers, args.draft_gpu_layers = "sd", None, None
-    engine = engine_from(args)
+    engine = engine_from(args, method="sd")
     engine.settings.run_cap = args.run_cap or None
     engine.settings.draft_len = args.draft_len
     engine.load()

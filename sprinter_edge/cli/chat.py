@@ -13,7 +13,7 @@ from typing import TextIO
 from ..decoding import METHODS
 from ..errors import ContextOverflowError, SprinterError
 from ..serving.chat_session import ChatSession
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, threshold_from
 
 PROMPT = ">>> "
 HELP = """commands:
@@ -211,10 +211,7 @@ class ChatRepl:
 
 def run(args: argparse.Namespace) -> int:
     engine = engine_from(args)
-    threshold = args.threshold
-    if args.method == "sprinter" and args.preset and threshold is None:
-        threshold = engine.verifier.threshold_for(args.preset)
-    engine.settings.threshold = threshold
+    engine.settings.threshold = threshold_from(args, engine)
     engine.load()
     session = ChatSession(engine, system=args.system, gen_kwargs=dict(
         max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,

@@ -54,9 +54,26 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = "spri
                         "verifier's calibrated value)")
     g.add_argument("--preset", choices=("quality", "balanced", "fast"), default=None,
                    help="sprinter: pick the threshold from the verifier's calibration table")
+    g.add_argument("--max-fp-rate", type=float, default=None, metavar="X",
+                   help="sprinter: the lowest threshold whose held-out false-pass rate eta_FP "
+                        "(wrong draft tokens passed) is at most X (needs a trained verifier)")
     g.add_argument("--run-cap", type=int, default=20,
                    help="sprinter: longest run of tokens kept without the target (0 = no cap)")
     g.add_argument("--draft-len", type=int, default=4, help="sd: draft tokens per round")
+
+
+def threshold_from(args: argparse.Namespace, engine: Engine) -> float | None:
+    """--threshold, else the verifier's threshold for --max-fp-rate or --preset (sprinter only);
+    None leaves the verifier's calibrated default."""
+    if args.method != "sprinter" or args.threshold is not None:
+        return args.threshold
+    if args.max_fp_rate is not None:
+        from ..verifiers.calibration import verifier_threshold_for_max_fp
+
+        return verifier_threshold_for_max_fp(engine.verifier, args.max_fp_rate)
+    if args.preset:
+        return engine.verifier.threshold_for(args.preset)
+    return None
 
 
 def hardware_from(args: argparse.Namespace) -> Hardware:

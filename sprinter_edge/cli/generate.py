@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, threshold_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,9 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print one JSON object: text, token_ids, method, finish_reason, stats")
     p.add_argument("--stats", action="store_true", help="print the counters to stderr afterwards")
     add_decoding_args(p)
-    p.add_argument("--max-fp-rate", type=float, default=None, metavar="X",
-                   help="sprinter: the lowest threshold whose held-out false-pass rate eta_FP "
-                        "(wrong draft tokens passed) is at most X (needs a trained verifier)")
     add_model_args(p)
     add_hardware_args(p)
     p.set_defaults(func=run)
@@ -32,14 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     engine = engine_from(args)
-    threshold = args.threshold
-    if args.method == "sprinter" and threshold is None:
-        if args.max_fp_rate is not None:
-            from ..verifiers.calibration import verifier_threshold_for_max_fp
-
-            threshold = verifier_threshold_for_max_fp(engine.verifier, args.max_fp_rate)
-        elif args.preset:
-            threshold = engine.verifier.threshold_for(args.preset)
+    threshold = threshold_from(args, engine)
     gen = engine.stream(
         prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, stop=args.stop, chat=args.chat, threshold=threshold,

@@ -6,7 +6,6 @@ import argparse
 import json
 import platform
 import sys
-import time
 
 from ..backend import native
 from ..catalog.registry import load_registry
@@ -116,8 +115,10 @@ def run_doctor(args: argparse.Namespace) -> int:
         print(f"  (no timing: {exc})")
         return 0
     from ..backend.llama import LlamaModel, LoadOptions
+    from ..bench.costmodel import measure
 
-    print(f"decode cost, pair {pair.name} (ms per call; median of 3)")
+    print(f"decode cost, pair {pair.name} (ms per call after a 64-token context, logits of the "
+          "last row; median of 3)")
     for role, spec in (("draft", pair.draft), ("target", pair.target)):
         st = status(spec)
         if st.path is None:
@@ -126,22 +127,9 @@ def run_doctor(args: argparse.Namespace) -> int:
         path = ensure_model(spec, download=False, progress=False)
         opts = LoadOptions(n_ctx=512, n_threads=args.threads, n_gpu_layers=999 if args.gpu else 0)
         with LlamaModel(path, opts) as model:
-            costs = decode_costs(model, (1, 4, 16))
-        print(f"  {role:6} " + "  ".join(f"batch {n}: {ms:7.1f}" for n, ms in costs.items()))
+            costs = measure(model, (1, 4, 16))
+        print(f"  {role:6} " + "  ".join(
+            f"batch {n}: {costs.last[n]:6.1f} ({costs.full[n]:.1f} all rows)"
+            for n in costs.last))
     return 0
 
-
-def decode_costs(model: object, sizes: tuple[int, ...], repeats: int = 3) -> dict[int, float]:
-    """Milliseconds for one decode call of n tokens after a 64-token context."""
-    context = model.tokenize("The quick brown fox jumps over the lazy dog. " * 8)[:64]  # type: ignore[attr-defined]
-    model.sync(context, n_logits=0)  # type: ignore[attr-defined]
-    out = {}
-    for n in sizes:
-        times = []
-        for _ in range(repeats):
-            model.rollback(len(context))  # type: ignore[attr-defined]
-            t0 = time.perf_counter()
-            model.eval(context[:n] if n <= len(context) else context * 2, n_logits=n)  # type: ignore[attr-defined]
-            times.append((time.perf_counter() - t0) * 1e3)
-        out[n] = sorted(times)[len(times) // 2]
-    return out

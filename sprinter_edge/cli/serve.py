@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import SprinterError
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, threshold_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,10 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise SprinterError(
             f"`serve` needs {exc.name}: pip install 'sprinter-edge[serve]'") from exc
     engine = engine_from(args)
-    threshold = args.threshold
-    if args.method == "sprinter" and args.preset and threshold is None:
-        threshold = engine.verifier.threshold_for(args.preset)
-    engine.settings.threshold = threshold
+    engine.settings.threshold = threshold_from(args, engine)
     model_id = args.model_name or (engine.pair.name if engine.pair and not args.target
                                    else engine.target_path.name.removesuffix(".gguf"))
     if args.stop:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import SprinterError
 from ..verifiers.calibration import PRESET_MAX_FP, row_at, threshold_for_max_fp, tv_bound_line
-from .common import add_model_args, engine_from
+from .common import add_hardware_args, add_model_args, engine_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,19 +70,16 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="prompt order seed (default: %(default)s)")
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop collecting after this many minutes (rerun to resume)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads per model (default: all cores)")
-    p.add_argument("--ctx", type=int, default=2048, help="context size (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_hardware_args(p)
+    p.set_defaults(ctx=2048)
 
 
 def _do_collect(args: argparse.Namespace, budget_s: float | None) -> None:
     from ..training.collect import CollectConfig, collect
     from ..training.corpus import load_corpus
 
-    hw_args = argparse.Namespace(**vars(args))
-    for name in ("gpu", "draft_gpu_layers", "target_gpu_layers"):
-        setattr(hw_args, name, getattr(args, name, None) or (False if name == "gpu" else None))
-    engine = engine_from(hw_args, method="sd")
+    engine = engine_from(args, method="sd")
     corpus = load_corpus(args.prompts)
     cfg = CollectConfig(max_new_tokens=args.max_new_tokens, shard_size=args.shard_size, seed=args.seed,
                         limit=args.limit, time_budget_s=budget_s)
