@@ -199,6 +199,10 @@ class Engine:
         strategy = get_strategy(method)
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             tokens = list(prompt)
+            n_vocab = self.text_model.n_vocab
+            bad = [t for t in tokens if not 0 <= t < n_vocab]
+            if bad:
+                raise SprinterError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
         else:
             tokens = self.encode(prompt, chat=chat)  # type: ignore[arg-type]
         target = self.target if strategy.needs_target else None

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..backend import native
+from ..backend.llama import common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,8 @@ class GgufDraftModel:
         llm = self.llm
         ids = [int(t) for t in input_ids]
         held = llm.input_ids[: llm.n_tokens].tolist()
-        keep = 0
-        limit = min(len(held), len(ids) - 1)  # always decode the last token for fresh logits
-        while keep < limit and held[keep] == ids[keep]:
-            keep += 1
+        # always decode the last token for fresh logits
+        keep = min(common_prefix(held, ids), len(ids) - 1)
         llm._ctx.kv_cache_seq_rm(-1, keep, -1)
         llm.n_tokens = keep
         pending = ids[keep:]

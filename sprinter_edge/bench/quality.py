@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backend.llama import common_prefix
 from ..decoding.base import Origin
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,7 @@ def rouge_l(candidate: str, reference: str) -> float:
 
 def token_agreement(tokens: Sequence[int], reference: Sequence[int]) -> tuple[bool, float]:
     """(identical, common-prefix length / reference length)."""
-    n = min(len(tokens), len(reference))
-    i = 0
-    while i < n and tokens[i] == reference[i]:
-        i += 1
+    i = common_prefix(list(tokens), list(reference))
     return list(tokens) == list(reference), i / max(1, len(reference))
 
 

@@ -46,8 +46,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
             row.update(
                 target_calls_per_token=st.target_calls_per_token, kept=st.kept,
                 kept_fraction=st.kept / max(1, st.new_tokens),
-                mean_run_length=st.kept / max(1, st.flags + st.cap_hits) if spec.engine_method == "sprinter"
-                else None,
+                mean_run_length=st.mean_run_length if spec.engine_method == "sprinter" else None,
                 time_split={"draft": st.draft_seconds / d, "target": st.target_seconds / d,
                             "verifier": st.verifier_seconds / d, "overhead": st.overhead_seconds / d},
             )

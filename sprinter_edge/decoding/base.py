@@ -87,6 +87,11 @@ class Stats:
     def target_calls_per_token(self) -> float:
         return self.target_calls / self.new_tokens if self.new_tokens else 0.0
 
+    @property
+    def mean_run_length(self) -> float:
+        """sprinter: tokens kept without the target per catch-up (flag or run cap)."""
+        return self.kept / max(1, self.flags + self.cap_hits)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(
@@ -96,8 +101,7 @@ class Stats:
             target_calls_per_token=round(self.target_calls_per_token, 4),
             decode_seconds=round(self.decode_seconds, 4),
             overhead_seconds=round(self.overhead_seconds, 4),
-            mean_run_length=round(self.kept / max(1, self.flags + self.cap_hits), 3)
-            if self.method == "sprinter" else None,
+            mean_run_length=round(self.mean_run_length, 3) if self.method == "sprinter" else None,
         )
         for k, v in d.items():
             if isinstance(v, float):

@@ -61,16 +61,17 @@ class ChatSession:
         self.last_turn = None
 
     # ------------------------------------------------------------------ prompts
-    def build_prompt(self, messages: list[Message]) -> tuple[list[int], bool]:
-        """Tokens for `messages` + generation prompt; reuse the kept history when it fits."""
+    def build_prompt(self, messages: list[Message]) -> tuple[str, list[int], bool]:
+        """The rendered text and tokens for `messages` + generation prompt, and whether the
+        tokens reuse the kept history."""
         model = self.engine.text_model
         text = self.engine.format_chat(messages)
         prev = self._prompt_text + self._reply_text
         if self._prompt_tokens and self._reply_tokens_match() and text.startswith(prev):
             # the tail (end of the reply, the new message) is mid-sequence: no BOS
             tail = model.tokenize(text[len(prev):], add_special=False, special=True)
-            return self._prompt_tokens + self._reply_tokens + tail, True
-        return prompt_tokens(model, text, chat_rendered=True), False
+            return text, self._prompt_tokens + self._reply_tokens + tail, True
+        return text, prompt_tokens(model, text, chat_rendered=True), False
 
     def _reply_tokens_match(self) -> bool:
         model = self.engine.text_model
@@ -93,7 +94,7 @@ class ChatSession:
 
         Raises ContextOverflowError (and other SprinterErrors) before anything changes."""
         messages = [*self.messages, {"role": "user", "content": text}]
-        tokens, spliced = self.build_prompt(messages)
+        text_rendered, tokens, spliced = self.build_prompt(messages)
         kwargs = {**self.gen_kwargs, **overrides}
         method = str(kwargs.get("method") or self.engine.settings.method)
         reused = self._cached_prefix(tokens, method)
@@ -102,7 +103,7 @@ class ChatSession:
         info = TurnInfo(prompt_tokens=len(tokens), reused_tokens=min(reused, len(tokens) - 1),
                         spliced=spliced)
         info.reread_tokens = len(tokens) - info.reused_tokens
-        self._pending = (messages, tokens, self.engine.format_chat(messages), info)
+        self._pending = (messages, tokens, text_rendered, info)
         log.debug("turn: %d prompt tokens, %d reused, spliced=%s", len(tokens), reused, spliced)
         return gen
 

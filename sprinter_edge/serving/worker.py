@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import Engine
-from ..errors import SprinterError
 from ..prompting import Message
 
 log = logging.getLogger(__name__)
@@ -86,19 +85,11 @@ class EngineWorker:
             finally:
                 self.counters.busy = False
 
-    def _check_tokens(self, prompt: object) -> None:
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            n_vocab = self.engine.text_model.n_vocab
-            bad = [t for t in prompt if not 0 <= t < n_vocab]
-            if bad:
-                raise SprinterError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
-
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
             self.counters.cancelled += 1
             return
         try:
-            self._check_tokens(job.prompt)
             gen = self.engine.stream(job.prompt, **job.kwargs)
         except Exception as exc:
             self.counters.failed += 1

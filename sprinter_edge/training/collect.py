@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.llama import LlamaModel
-from ..decoding.sampling import confidence
+from ..decoding.sampling import confidence, softmax
 from ..errors import SprinterError
 from ..prompting import prompt_tokens, render_chat
 from .corpus import Corpus, CorpusPrompt
@@ -61,12 +61,6 @@ class CollectSummary:
     tokens: int = 0
     seconds: float = 0.0
     stopped_by_budget: bool = False
-
-
-def softmax64(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64) - float(np.max(logits))
-    e = np.exp(z)
-    return e / e.sum()
 
 
 def draft_greedy(draft: LlamaModel, prompt: list[int], max_new: int) -> tuple[list[int], np.ndarray,
@@ -113,8 +107,8 @@ def prompt_record(draft: LlamaModel, target: LlamaModel, item: CorpusPrompt, ind
                                                     "q_x", "tv")}
     for i, tok in enumerate(cont):
         mp, ent = confidence(q_logits[i])
-        p = softmax64(out.logits[i])
-        q = softmax64(q_logits[i])
+        p = softmax(out.logits[i])
+        q = softmax(q_logits[i])
         rec["max_prob"].append(mp)
         rec["entropy"].append(ent)
         rec["target_token"].append(int(np.argmax(out.logits[i])))
