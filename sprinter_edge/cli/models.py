@@ -7,7 +7,7 @@ import json
 import platform
 import sys
 
-from ..backend import native
+from ..backend import buildflags, native
 from ..catalog.registry import load_registry
 from ..catalog.store import ensure_model, status
 from ..errors import SprinterError
@@ -83,6 +83,27 @@ def run_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_lines(check: buildflags.BuildCheck) -> list[str]:
+    """The llama.cpp build against this CPU: instruction sets, recommended flags, rebuild."""
+    lines = []
+    if check.cpu:
+        lines.append(f"  build uses    {' '.join(buildflags.ordered(check.build)) or 'none'}")
+        lines.append(f"  cpu offers    {' '.join(buildflags.ordered(check.cpu))}")
+    lines.append(f'  recommended   CMAKE_ARGS="{check.recommended}"')
+    if check.unsupported:
+        lines.append(f"  rebuild       NEEDED: the build uses {' '.join(check.unsupported)}, which this CPU "
+                     "lacks (illegal instruction)")
+    elif check.missing:
+        lines.append(f"  rebuild       would be faster: the build leaves out {' '.join(check.missing)}")
+    elif check.cpu:
+        lines.append("  rebuild       not needed: the build uses every instruction set this CPU offers")
+    if check.commands:
+        checkout, pip = check.commands
+        lines.append(f"    checkout:   {checkout}")
+        lines.append(f"    pip:        {pip}")
+    return lines
+
+
 def run_doctor(args: argparse.Namespace) -> int:
     import importlib.metadata as md
 
@@ -99,6 +120,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         print(f"  {pkg:14}{version(pkg)}")
     info = native.system_info()
     print(f"  llama.cpp     {info.strip()}")
+    for line in _build_lines(buildflags.check_build(info)):
+        print(line)
     print(f"  gpu offload   {'yes' if native.gpu_offload_supported() else 'no (CPU build)'}")
     print(f"  cpu amx       {'yes' if native.cpu_has_amx() else 'no'}; extra buffers "
           f"{'OFF (AMX workaround)' if native.avoid_extra_buffers() else 'on'}")
