@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from sprinter_edge import Engine, Hardware
+from sprinter_edge import Engine, Hardware, SamplingParams
 
 
 def main() -> None:
@@ -29,14 +29,14 @@ def main() -> None:
 
     with engine:
         # 1. one call, the whole reply
-        result = engine.generate("Write a Python function that reverses a string.",
-                                 max_tokens=args.max_tokens)
+        params = SamplingParams(max_tokens=args.max_tokens)
+        result = engine.generate("Write a Python function that reverses a string.", params)
         print(result.text)
         print(f"-- {result.stats.new_tokens} tokens, {result.stats.tokens_per_second:.1f} tok/s, "
               f"{result.stats.target_calls} target calls, finish: {result.finish_reason}\n")
 
         # 2. streaming: print text as it is generated
-        gen = engine.stream("Explain recursion in one paragraph.", max_tokens=args.max_tokens)
+        gen = engine.stream("Explain recursion in one paragraph.", params)
         for chunk in gen:
             print(chunk.text, end="", flush=True)
         print(f"\n-- {gen.result.stats.to_dict()['target_calls_per_token']} target calls per token\n")
@@ -46,11 +46,11 @@ def main() -> None:
             {"role": "system", "content": "You are a concise assistant."},
             {"role": "user", "content": "What is a GGUF file?"},
         ]
-        reply = engine.chat(messages, max_tokens=args.max_tokens)
+        reply = engine.chat(messages, params)
         print(reply.text)
 
         # 4. another method on the same loaded models (lossless speculative decoding)
-        exact = engine.generate("List three prime numbers.", max_tokens=args.max_tokens, method="sd")
+        exact = engine.generate("List three prime numbers.", params, method="sd")
         print(f"\n[sd] {exact.text}")
 
 

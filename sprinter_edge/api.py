@@ -1,9 +1,9 @@
 """The public Python API.
 
-    from sprinter_edge import Engine
+    from sprinter_edge import Engine, SamplingParams
     engine = Engine.from_pair("default", method="sprinter")
     print(engine.generate("Write a Python function that reverses a string.").text)
-    for chunk in engine.stream("Explain recursion in one paragraph."):
+    for chunk in engine.stream("Explain recursion.", SamplingParams(temperature=0.7, max_tokens=64)):
         print(chunk.text, end="", flush=True)
 """
 
@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .backend.llama import LlamaModel, LoadOptions
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
-from .decoding import METHODS, DecodeContext, Generation, GenerationResult, Stats, get_strategy
+from .decoding import DecodeContext, Generation, GenerationResult, Stats, Strategy, get_strategy
 from .decoding.sampling import Sampler, SamplingParams
-from .errors import ContextOverflowError, SprinterError, TokenizerMismatchError
+from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
+from .planning.planner import Planner, make_planner
 from .prompting import Message, prompt_tokens, render_chat
 from .verifiers.base import Verifier
 from .verifiers.loading import resolve_verifier
+from .verifiers.operating_point import OperatingPoint
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +46,44 @@ class Hardware:
                            n_gpu_layers=999 if layers < 0 else layers, n_batch=self.n_batch)
 
 
+DEFAULT_METHOD = "sprinter"
+
+
 @dataclass
 class DecodeSettings:
-    method: str = "sprinter"
-    threshold: float | None = None  # None: the verifier's calibrated default
-    run_cap: int | None = 20
-    draft_len: int = 4
+    """How the engine decodes unless a call says otherwise (validated on every change)."""
+
+    method: str = DEFAULT_METHOD
+    point: OperatingPoint = field(default_factory=OperatingPoint)  # sprinter's operating point
+    run_cap: int | None = 20  # sprinter: longest run without the target; None: no cap
+    draft_len: int = 4  # sd: tokens drafted per round
+
+    def __post_init__(self) -> None:
+        get_strategy(self.method)  # raises for an unknown method
+        if self.run_cap is not None and self.run_cap < 1:
+            raise SettingsError(f"run_cap must be >= 1 (or None for no cap), not {self.run_cap}")
+        if self.draft_len < 1:
+            raise SettingsError(f"draft_len must be >= 1, not {self.draft_len}")
 
 
 class Engine:
-    """A draft/target pair plus a decoding method; models load on first use."""
+    """A draft/target pair plus a decoding method; models load on first use.
+
+    Decoding settings (method, operating point, run cap, draft length) belong to the engine;
+    sampling settings (length, temperature, top-k/p, seed, stop texts) to each call, as one
+    `SamplingParams`."""
 
     def __init__(
         self,
         target_path: str | Path,
         draft_path: str | Path | None = None,
         *,
-        method: str = "sprinter",
+        method: str = DEFAULT_METHOD,
         hardware: Hardware | None = None,
         verifier: str | Verifier = "auto",
         threshold: float | None = None,
+        preset: str | None = None,
+        max_fp_rate: float | None = None,
         run_cap: int | None = 20,
         draft_len: int = 4,
         pair: PairSpec | None = None,
@@ -72,34 +93,38 @@ class Engine:
         self.hardware = hardware or Hardware()
         self.pair = pair
         self.verifier_spec = verifier
-        self.settings = DecodeSettings(method, threshold, run_cap, draft_len)
+        self.settings = DecodeSettings(method, OperatingPoint(threshold, preset, max_fp_rate),
+                                       run_cap, draft_len)
         self._check_method(method)
         self._target: LlamaModel | None = None
         self._draft: LlamaModel | None = None
         self._verifier: Verifier | None = None
-        self.last_stats: Stats | None = None
+        self._planner: Planner | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pair(cls, name: str = "default", *, download: bool = True, offline: bool = False,
-                  progress: bool = True, **kwargs: object) -> Engine:
+                  progress: bool = True, **kwargs: Any) -> Engine:
+        """An engine over a registered pair; fetches only the files the method needs."""
         pair = load_registry().pair(name)
-        method = str(kwargs.get("method", "sprinter"))
-        draft = ensure_model(pair.draft, download=download, offline=offline, progress=progress) \
-            if method != "ar" else None
-        target = ensure_model(pair.target, download=download, offline=offline,
-                              progress=progress) if method != "draft" else None
-        return cls(target or Path("<not loaded>"), draft, pair=pair, **kwargs)  # type: ignore[arg-type]
+        strategy = get_strategy(str(kwargs.get("method", DEFAULT_METHOD)))
+
+        def fetch(model: Any) -> Path:
+            return ensure_model(model, download=download, offline=offline, progress=progress)
+
+        draft = fetch(pair.draft) if strategy.uses_draft else None
+        target = fetch(pair.target) if strategy.needs_target else Path("<not loaded>")
+        return cls(target, draft, pair=pair, **kwargs)
 
     @classmethod
-    def from_files(cls, draft: str | Path | None, target: str | Path, **kwargs: object) -> Engine:
-        return cls(target, draft, **kwargs)  # type: ignore[arg-type]
+    def from_files(cls, draft: str | Path | None, target: str | Path, **kwargs: Any) -> Engine:
+        return cls(target, draft, **kwargs)
 
-    def _check_method(self, method: str) -> None:
-        if method not in METHODS:
-            raise SprinterError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-        if method != "ar" and self.draft_path is None:
-            raise SprinterError(f"method {method!r} needs a draft model")
+    def _check_method(self, method: str) -> Strategy:
+        strategy = get_strategy(method)
+        if strategy.needs_draft and self.draft_path is None:
+            raise SettingsError(f"method {method!r} needs a draft model")
+        return strategy
 
     # ------------------------------------------------------------------ models
     @property
@@ -123,20 +148,37 @@ class Engine:
     @property
     def text_model(self) -> LlamaModel:
         """The model whose tokenizer and chat template are used (they are shared)."""
-        if self._target is not None or self.settings.method != "draft":
+        if self._target is not None or get_strategy(self.settings.method).needs_target:
             return self.target
         return self.draft
 
+    def _uses_draft(self, strategy: Strategy) -> bool:
+        return strategy.uses_draft and self.draft_path is not None
+
     def load(self) -> Engine:
-        """Load every model the current method needs (and check they fit together)."""
+        """Load every model the current method needs, check they fit together, resolve the
+        operating point and, for `auto`, the plan (so a problem shows here, not at the first
+        request)."""
         strategy = get_strategy(self.settings.method)
         if strategy.needs_target:
             _ = self.target
-        if strategy.needs_draft:
+        if self._uses_draft(strategy):
             _ = self.draft
-        if self.settings.method == "sprinter":
-            _ = self.verifier
+            if strategy.needs_verifier:
+                self.threshold()
+        if strategy.needs_planner:
+            self.planner()
         return self
+
+    def planner(self) -> Planner:
+        """The `auto` planner: this machine's decode costs (measured once, cached on disk) and
+        what the pair's replies have shown so far."""
+        if self._planner is None:
+            draft = self.draft if self.draft_path is not None else None
+            self._planner = make_planner(
+                self.target, draft, self.verifier if draft is not None else None,
+                self.threshold() if draft is not None else None, self.settings.run_cap)
+        return self._planner
 
     @property
     def verifier(self) -> Verifier:
@@ -148,10 +190,19 @@ class Engine:
     def set_verifier(self, verifier: str | Verifier) -> None:
         self.verifier_spec = verifier
         self._verifier = None
+        self._planner = None  # its flag-rate evidence was for the old verifier
 
     def set_method(self, method: str) -> None:
         self._check_method(method)
         self.settings.method = method
+
+    def set_operating_point(self, point: OperatingPoint) -> None:
+        self.settings.point = point
+        self._planner = None  # its flag-rate evidence was for the old operating point
+
+    def threshold(self, point: OperatingPoint | None = None, verifier: Verifier | None = None) -> float:
+        """SPRINTER's threshold for an operating point (default: the engine's) and verifier."""
+        return (point or self.settings.point).resolve(verifier or self.verifier)
 
     def close(self) -> None:
         for m in (self._draft, self._target):
@@ -177,104 +228,90 @@ class Engine:
             return prompt_tokens(self.text_model, text, chat_rendered=True)
         return prompt_tokens(self.text_model, prompt, chat_rendered=False)
 
-    # ------------------------------------------------------------------ generation
-    def stream(
-        self,
-        prompt: str | Sequence[Message] | list[int],
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-        chat: bool = True,
-        method: str | None = None,
-        threshold: float | None = None,
-        verifier: Verifier | None = None,
-    ) -> Generation:
-        """Start a generation; iterate the result for text chunks, then read `.result`."""
-        method = method or self.settings.method
-        self._check_method(method)
-        strategy = get_strategy(method)
+    def _prompt_ids(self, prompt: str | Sequence[Message] | list[int], chat: bool) -> list[int]:
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             tokens = list(prompt)
             n_vocab = self.text_model.n_vocab
             bad = [t for t in tokens if not 0 <= t < n_vocab]
             if bad:
-                raise SprinterError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
+                raise SettingsError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
         else:
             tokens = self.encode(prompt, chat=chat)  # type: ignore[arg-type]
+        if not tokens:
+            raise SettingsError("the prompt is empty: give at least one token (or a chat message)")
+        return tokens
+
+    # ------------------------------------------------------------------ generation
+    def stream(
+        self,
+        prompt: str | Sequence[Message] | list[int],
+        params: SamplingParams | None = None,
+        *,
+        chat: bool = True,
+        method: str | None = None,
+        operating_point: OperatingPoint | None = None,
+        verifier: Verifier | None = None,
+    ) -> Generation:
+        """Start a generation; iterate the result for text chunks, then read `.result`.
+
+        `prompt` is text (wrapped in the chat template unless chat=False), a list of chat
+        messages, or token ids. `params` holds the sampling settings (default: greedy, 256
+        tokens); `method`, `operating_point` and `verifier` override the engine's for this call.
+        """
+        params = params or SamplingParams()
+        strategy = self._check_method(method or self.settings.method)
+        tokens = self._prompt_ids(prompt, chat)
         target = self.target if strategy.needs_target else None
-        draft = self.draft if strategy.needs_draft else None
+        draft = self.draft if self._uses_draft(strategy) else None
         n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
-        margin = 2 + max(self.settings.draft_len, 1)
+        margin = 2 + self.settings.draft_len
         if len(tokens) + margin > n_ctx:
             raise ContextOverflowError(
                 f"the prompt has {len(tokens)} tokens; the context holds {n_ctx} "
                 f"(use --ctx to raise it, or shorten the prompt)"
             )
-        budget = min(max_tokens, n_ctx - len(tokens) - margin)
-        if budget < max_tokens:
-            log.warning("max_tokens lowered from %d to %d to fit the context", max_tokens, budget)
-        ver = None
-        thr = threshold if threshold is not None else self.settings.threshold
-        if method == "sprinter":
-            ver = verifier or self.verifier
-            thr = thr if thr is not None else ver.default_threshold
-            if not 0 < thr <= 1:
-                raise SprinterError("threshold must be in (0, 1]")
+        budget = min(params.max_tokens, n_ctx - len(tokens) - margin)
+        if budget < params.max_tokens:
+            log.warning("max_tokens lowered from %d to %d to fit the context", params.max_tokens, budget)
         ctx = DecodeContext(
-            target=target, draft=draft,
-            sampler=Sampler(SamplingParams(temperature, top_k, top_p, seed)),
-            stats=Stats(), max_new_tokens=budget, verifier=ver,
-            threshold=thr if thr is not None else 0.5,
-            run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
+            target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
+            max_new_tokens=budget, run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
         )
-        if ver is not None:
-            ctx.stats.verifier = ver.name
-        self.last_stats = ctx.stats
-        return Generation(strategy, ctx, tokens, stop=stop,
+        if strategy.needs_verifier and draft is not None:
+            ctx.verifier = verifier or self.verifier
+            ctx.threshold = self.threshold(operating_point, ctx.verifier)
+            ctx.stats.verifier = ctx.verifier.name
+        if strategy.needs_planner:
+            ctx.planner = self.planner()
+        return Generation(strategy, ctx, tokens, stop=params.stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
 
     def generate(
         self,
         prompt: str | Sequence[Message] | list[int],
+        params: SamplingParams | None = None,
         *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
         chat: bool = True,
         method: str | None = None,
-        threshold: float | None = None,
+        operating_point: OperatingPoint | None = None,
         verifier: Verifier | None = None,
     ) -> GenerationResult:
         """Generate to the end and return the text, tokens and counters (see `stream`)."""
-        return self.stream(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                           top_p=top_p, seed=seed, stop=stop, chat=chat, method=method,
-                           threshold=threshold, verifier=verifier).consume()
+        return self.stream(prompt, params, chat=chat, method=method, operating_point=operating_point,
+                           verifier=verifier).consume()
 
     def chat(
         self,
         messages: Sequence[Message],
+        params: SamplingParams | None = None,
         *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
         method: str | None = None,
-        threshold: float | None = None,
-        verifier: Verifier | None = None,
+        operating_point: OperatingPoint | None = None,
     ) -> GenerationResult:
         """Reply to a conversation: messages are {"role": ..., "content": ...} dicts."""
-        return self.generate(list(messages), max_tokens=max_tokens, temperature=temperature,
-                             top_k=top_k, top_p=top_p, seed=seed, stop=stop, method=method,
-                             threshold=threshold, verifier=verifier)
+        if not messages:
+            raise SettingsError("chat() needs at least one message")
+        return self.generate(list(messages), params, method=method, operating_point=operating_point)
 
 
 def check_same_tokenizer(draft: LlamaModel, target: LlamaModel) -> None:

@@ -9,6 +9,12 @@ class SprinterError(Exception):
     exit_code = 1
 
 
+class SettingsError(SprinterError, ValueError):
+    """A generation or decoding setting is out of range (a usage error)."""
+
+    exit_code = 2
+
+
 class ModelFileError(SprinterError):
     """A model file is missing, not GGUF, truncated or fails its checksum."""
 

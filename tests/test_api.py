@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import sprinter_edge
-from sprinter_edge import Chunk, Engine, GenerationResult, Hardware, Stats
+from sprinter_edge import Chunk, Engine, GenerationResult, Hardware, SamplingParams, Stats
 from sprinter_edge.errors import ContextOverflowError
 from sprinter_edge.serving.chat_session import ChatSession
 
@@ -27,18 +27,22 @@ def engine(fixture_target_path: Path, fixture_draft_path: Path):
 
 def test_public_surface() -> None:
     for name in ("Engine", "Hardware", "Chunk", "Generation", "GenerationResult", "Stats",
-                 "SamplingParams", "SprinterError", "__version__"):
+                 "SamplingParams", "OperatingPoint", "SprinterError", "__version__"):
         assert hasattr(sprinter_edge, name)
     for fn in (Engine.generate, Engine.stream, Engine.chat, Engine.from_pair, Engine.from_files):
         sig = inspect.signature(fn)
         assert sig.return_annotation != inspect.Signature.empty, fn
-    assert "max_tokens" in inspect.signature(Engine.chat).parameters
+    # every call takes its sampling settings as one SamplingParams, whose fields are explicit
+    for fn in (Engine.generate, Engine.stream, Engine.chat):
+        assert "params" in inspect.signature(fn).parameters, fn
+    assert {"max_tokens", "temperature", "top_k", "top_p", "seed", "stop"} <= set(
+        inspect.signature(SamplingParams).parameters)
     assert Hardware().n_ctx > 0
 
 
 @pytest.mark.parametrize("method", ["ar", "sd", "sprinter"])
 def test_generate_returns_text_and_stats(engine: Engine, method: str) -> None:
-    result = engine.generate("Name a fruit.", max_tokens=6, method=method)
+    result = engine.generate("Name a fruit.", SamplingParams(max_tokens=6), method=method)
     assert isinstance(result, GenerationResult) and isinstance(result.stats, Stats)
     assert result.text and result.method == method
     assert 1 <= len(result.token_ids) <= 6 and result.finish_reason in ("stop", "length")
@@ -47,18 +51,19 @@ def test_generate_returns_text_and_stats(engine: Engine, method: str) -> None:
 
 
 def test_stream_chunks_join_to_final_text(engine: Engine) -> None:
-    gen = engine.stream("Tell me about cats.", max_tokens=8, method="sd")
+    gen = engine.stream("Tell me about cats.", SamplingParams(max_tokens=8), method="sd")
     chunks = list(gen)
     assert chunks and all(isinstance(c, Chunk) for c in chunks)
     assert gen.result is not None
     assert "".join(c.text for c in chunks) == gen.result.text
     assert [t for c in chunks for t in c.token_ids] == gen.result.token_ids
     # greedy sd is lossless: same text as plain generation with the target
-    assert engine.generate("Tell me about cats.", max_tokens=8, method="ar").text == gen.result.text
+    ar = engine.generate("Tell me about cats.", SamplingParams(max_tokens=8), method="ar")
+    assert ar.text == gen.result.text
 
 
 def test_stream_close_cancels(engine: Engine) -> None:
-    gen = engine.stream("Write a long story.", max_tokens=200, method="ar")
+    gen = engine.stream("Write a long story.", SamplingParams(max_tokens=200), method="ar")
     first = next(iter(gen))
     gen.close()
     assert first.token_ids and gen.result is not None
@@ -68,12 +73,13 @@ def test_stream_close_cancels(engine: Engine) -> None:
 def test_chat_messages(engine: Engine) -> None:
     messages = [{"role": "system", "content": "You are terse."},
                 {"role": "user", "content": "Say hi."}]
-    result = engine.chat(messages, max_tokens=6, method="sd")
+    result = engine.chat(messages, SamplingParams(max_tokens=6), method="sd")
     assert result.text and result.stats.prompt_tokens == len(engine.encode(messages))
 
 
 def test_chat_session_reuses_the_kv_cache(engine: Engine) -> None:
-    session = ChatSession(engine, gen_kwargs={"max_tokens": 6, "method": "sd"})
+    engine.set_method("sd")
+    session = ChatSession(engine, params=SamplingParams(max_tokens=6))
     result = session.reply("Hello there.")
     first = session.last_turn
     assert first is not None and not first.spliced
@@ -93,7 +99,8 @@ def test_chat_session_reuses_the_kv_cache(engine: Engine) -> None:
 
 
 def test_chat_session_overflow_leaves_history(engine: Engine) -> None:
-    session = ChatSession(engine, gen_kwargs={"max_tokens": 4, "method": "ar"})
+    engine.set_method("ar")
+    session = ChatSession(engine, params=SamplingParams(max_tokens=4))
     session.reply("Hi.")
     before = list(session.messages)
     with pytest.raises(ContextOverflowError):

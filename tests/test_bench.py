@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sprinter_edge import SamplingParams
 from sprinter_edge.bench import costmodel, quality
 from sprinter_edge.bench.prompts import humaneval_prompts
 from sprinter_edge.cli import main
@@ -52,7 +53,7 @@ def test_cost_model_predicts_ar(fixture_engine) -> None:  # type: ignore[no-unty
     table = costmodel.measure(fixture_engine.target, (1, 2, 4, 8), repeats=3)
     assert table.cost(1) > 0 and table.cost(8, 8) > 0 and table.cost(5, 2) > 0
     model = costmodel.CostModel(table, costmodel.measure(fixture_engine.draft, (1, 2, 4), repeats=2))
-    res = fixture_engine.generate("Write a haiku about the sea.", max_tokens=24, method="ar")
+    res = fixture_engine.generate("Write a haiku about the sea.", SamplingParams(max_tokens=24), method="ar")
     predicted = model.predict_tps(res.stats)
     measured = res.stats.tokens_per_second
     assert predicted > 0 and measured > 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sprinter_edge import Engine
+from sprinter_edge import Engine, SamplingParams
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +26,8 @@ def test_sd_greedy_matches_ar_up_to_numerical_ties(default_engine: Engine) -> No
     identical = 0
     gaps = []
     for prompt in PROMPTS[:20]:
-        ar = default_engine.generate(prompt, max_tokens=24, method="ar")
-        sd = default_engine.generate(prompt, max_tokens=24, method="sd")
+        ar = default_engine.generate(prompt, SamplingParams(max_tokens=24), method="ar")
+        sd = default_engine.generate(prompt, SamplingParams(max_tokens=24), method="sd")
         if sd.token_ids == ar.token_ids:
             identical += 1
             continue
@@ -48,7 +48,7 @@ def test_four_methods_in_one_run(default_engine: Engine) -> None:
     prompt = "Write a Python function that returns the n-th Fibonacci number iteratively."
     rows = {}
     for method in ("ar", "draft", "sd", "sprinter"):
-        r = default_engine.generate(prompt, max_tokens=48, method=method)
+        r = default_engine.generate(prompt, SamplingParams(max_tokens=48), method=method)
         s = r.stats
         produced = s.target_sampled + s.draft_sampled + s.kept + s.accepted + s.resampled + s.bonus
         assert produced == s.new_tokens

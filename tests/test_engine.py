@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sprinter_edge import Engine
+from sprinter_edge import Engine, OperatingPoint, SamplingParams
 from sprinter_edge.decoding.base import Origin
-from sprinter_edge.decoding.sampling import SamplingParams, distribution
+from sprinter_edge.decoding.sampling import distribution
 from sprinter_edge.errors import ContextOverflowError, SprinterError
 from sprinter_edge.verifiers.simple import AlwaysFlag, NeverFlag, Oracle
 
 PROMPTS = (Path(__file__).parent / "data" / "prompts_equivalence.txt").read_text().splitlines()
 ALPHA = 1e-3
+HALF = OperatingPoint(threshold=0.5)
 
 
 def test_batch_invariance(fixture_engine: Engine) -> None:
@@ -37,8 +38,8 @@ def test_sd_greedy_is_token_identical_to_ar(fixture_engine: Engine) -> None:
     assert len(PROMPTS) >= 20
     rejections = 0
     for prompt in PROMPTS:
-        ar = fixture_engine.generate(prompt, max_tokens=24, method="ar")
-        sd = fixture_engine.generate(prompt, max_tokens=24, method="sd")
+        ar = fixture_engine.generate(prompt, SamplingParams(max_tokens=24), method="ar")
+        sd = fixture_engine.generate(prompt, SamplingParams(max_tokens=24), method="sd")
         assert sd.token_ids == ar.token_ids, prompt
         assert sd.text == ar.text
         rejections += sd.stats.resampled
@@ -56,7 +57,7 @@ def _counters_add_up(result) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("method", ["ar", "draft", "sd", "sprinter"])
 def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
-    result = fixture_engine.generate(PROMPTS[0], max_tokens=40, method=method)
+    result = fixture_engine.generate(PROMPTS[0], SamplingParams(max_tokens=40), method=method)
     _counters_add_up(result)
     s = result.stats
     if method == "ar":
@@ -66,7 +67,7 @@ def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
     if method == "sprinter":
         # every target call is one catch-up: one SD test each
         assert s.target_calls == s.sd_tests == s.accepted + s.resampled
-        assert s.flags + s.cap_hits == s.sd_tests
+        assert s.flags + s.cap_hits + s.eog_checks == s.sd_tests
     if method == "sd":
         assert s.target_calls * fixture_engine.settings.draft_len >= s.draft_tokens
 
@@ -74,11 +75,12 @@ def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
 @pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.8, 7), (1.0, 11)])
 def test_sprinter_always_flag_equals_sd_k1(fixture_engine: Engine, temperature: float, seed: int) -> None:
     for prompt in PROMPTS[:5]:
-        sd = fixture_engine.stream(prompt, max_tokens=24, method="sd", temperature=temperature, seed=seed)
+        params = SamplingParams(max_tokens=24, temperature=temperature, seed=seed)
+        sd = fixture_engine.stream(prompt, params, method="sd")
         sd.ctx.draft_len = 1
         sd_result = sd.consume()
-        spr = fixture_engine.generate(prompt, max_tokens=24, method="sprinter", temperature=temperature,
-                                      seed=seed, verifier=AlwaysFlag(), threshold=0.5)
+        spr = fixture_engine.generate(prompt, params, method="sprinter", verifier=AlwaysFlag(),
+                                      operating_point=HALF)
         assert spr.token_ids == sd_result.token_ids, prompt
         assert spr.stats.kept == 0
 
@@ -87,10 +89,10 @@ def test_sprinter_always_flag_equals_sd_k1(fixture_engine: Engine, temperature: 
 def test_sprinter_never_flag_without_cap_equals_draft(fixture_engine: Engine, temperature: float,
                                                       seed: int) -> None:
     for prompt in PROMPTS[:5]:
-        draft = fixture_engine.generate(prompt, max_tokens=30, method="draft", temperature=temperature,
-                                        seed=seed)
-        gen = fixture_engine.stream(prompt, max_tokens=30, method="sprinter", temperature=temperature,
-                                    seed=seed, verifier=NeverFlag(), threshold=0.5)
+        params = SamplingParams(max_tokens=30, temperature=temperature, seed=seed)
+        draft = fixture_engine.generate(prompt, params, method="draft")
+        gen = fixture_engine.stream(prompt, params, method="sprinter", verifier=NeverFlag(),
+                                    operating_point=HALF)
         gen.ctx.run_cap = None
         gen.ctx.verify_eog = False
         spr = gen.consume()
@@ -100,9 +102,9 @@ def test_sprinter_never_flag_without_cap_equals_draft(fixture_engine: Engine, te
 
 def test_oracle_sprinter_reproduces_ar_with_few_target_calls(fixture_engine: Engine) -> None:
     for prompt in PROMPTS[:4]:
-        ar = fixture_engine.generate(prompt, max_tokens=32, method="ar")
-        spr = fixture_engine.generate(prompt, max_tokens=32, method="sprinter",
-                                      verifier=Oracle(ar.token_ids), threshold=0.5)
+        ar = fixture_engine.generate(prompt, SamplingParams(max_tokens=32), method="ar")
+        spr = fixture_engine.generate(prompt, SamplingParams(max_tokens=32), method="sprinter",
+                                      verifier=Oracle(ar.token_ids), operating_point=HALF)
         assert spr.token_ids == ar.token_ids
         # it flags exactly the disagreements: each flag is a rejection, every kept token is right
         assert spr.stats.resampled == spr.stats.flags
@@ -110,8 +112,8 @@ def test_oracle_sprinter_reproduces_ar_with_few_target_calls(fixture_engine: Eng
 
 
 def test_run_cap_bounds_runs(fixture_engine: Engine) -> None:
-    gen = fixture_engine.stream(PROMPTS[1], max_tokens=40, method="sprinter", verifier=NeverFlag(),
-                                threshold=0.5)
+    gen = fixture_engine.stream(PROMPTS[1], SamplingParams(max_tokens=40), method="sprinter",
+                                verifier=NeverFlag(), operating_point=HALF)
     gen.ctx.run_cap = 5
     gen.ctx.verify_eog = False
     result = gen.consume()
@@ -136,7 +138,7 @@ def test_sd_sampling_matches_target_distribution(fixture_engine: Engine) -> None
         counts = dict.fromkeys(support.tolist(), 0)
         rejected = 0
         for seed in range(n):
-            r = engine.generate(tokens, max_tokens=1, method="sd", temperature=1.0, top_k=8, seed=seed)
+            r = engine.generate(tokens, params.replace(max_tokens=1, seed=seed), method="sd")
             counts[r.token_ids[0]] += 1
             rejected += r.stats.resampled
         observed = np.array([counts[t] for t in support], float)
@@ -169,22 +171,22 @@ def test_kv_cache_rollbacks_match_fresh_evaluation(fixture_engine: Engine) -> No
 def test_prompt_longer_than_context(fixture_engine: Engine) -> None:
     long_prompt = "word " * 3000
     with pytest.raises(ContextOverflowError, match="context"):
-        fixture_engine.generate(long_prompt, max_tokens=8, method="sd")
+        fixture_engine.generate(long_prompt, SamplingParams(max_tokens=8), method="sd")
     # the engine still works afterwards
-    assert fixture_engine.generate("Hi", max_tokens=4, method="sd").stats.new_tokens > 0
+    assert fixture_engine.generate("Hi", SamplingParams(max_tokens=4), method="sd").stats.new_tokens > 0
 
 
 def test_max_tokens_is_clamped_to_the_context(fixture_engine: Engine) -> None:
     prompt = "word " * 900  # ~900 tokens of a 1024 context
-    result = fixture_engine.generate(prompt, max_tokens=500, method="ar", chat=False)
+    result = fixture_engine.generate(prompt, SamplingParams(max_tokens=500), method="ar", chat=False)
     assert 0 < len(result.token_ids) <= 1024 - 900
 
 
 def test_empty_prompt(fixture_engine: Engine) -> None:
-    result = fixture_engine.generate("", max_tokens=6, method="sd", chat=False)
+    result = fixture_engine.generate("", SamplingParams(max_tokens=6), method="sd", chat=False)
     assert result.stats.prompt_tokens >= 1
     assert result.finish_reason in ("length", "stop")
-    chat = fixture_engine.generate("", max_tokens=6, method="sd")  # chat template wraps it
+    chat = fixture_engine.generate("", SamplingParams(max_tokens=6), method="sd")  # chat template wraps it
     assert chat.stats.prompt_tokens > 1
 
 
@@ -192,8 +194,8 @@ def test_non_ascii_text_round_trips(fixture_engine: Engine) -> None:
     text = "Größe, naïve café — 東京 🚀"
     model = fixture_engine.target
     assert model.detokenize(model.tokenize(text, add_special=False)) == text
-    result = fixture_engine.generate("Réponds en français : qu'est-ce qu'un chat ? 猫", max_tokens=16,
-                                     method="sprinter")
+    result = fixture_engine.generate("Réponds en français : qu'est-ce qu'un chat ? 猫",
+                                     SamplingParams(max_tokens=16), method="sprinter")
     assert "\ufffd" not in result.text
 
 
@@ -202,16 +204,18 @@ def test_stop_string_cutting_a_multibyte_character(fixture_engine: Engine) -> No
     model = engine.target
     # A continuation made of multi-byte characters: force it through the prompt and ask
     # the model to repeat it; stop strings are matched on decoded text, never on bytes.
-    base = engine.generate("Repeat exactly: 東京東京東京東京", max_tokens=24, method="ar")
+    base = engine.generate("Repeat exactly: 東京東京東京東京", SamplingParams(max_tokens=24), method="ar")
     assert base.text
     stop = base.text[len(base.text) // 2 : len(base.text) // 2 + 1] or base.text[0]
-    cut = engine.generate("Repeat exactly: 東京東京東京東京", max_tokens=24, method="ar", stop=[stop])
+    cut = engine.generate("Repeat exactly: 東京東京東京東京", SamplingParams(max_tokens=24, stop=[stop]),
+                          method="ar")
     assert cut.finish_reason == "stop"
     assert stop not in cut.text
     assert base.text.startswith(cut.text)
     assert "\ufffd" not in cut.text
     # streamed pieces join to the final text and never split a character
-    gen = engine.stream("Repeat exactly: 東京東京東京東京", max_tokens=24, method="sd", stop=[stop])
+    gen = engine.stream("Repeat exactly: 東京東京東京東京", SamplingParams(max_tokens=24, stop=[stop]),
+                        method="sd")
     pieces = [c.text for c in gen]
     assert "".join(pieces) == gen.result.text == cut.text
     assert model is engine.target
@@ -221,17 +225,19 @@ def test_unknown_method_and_bad_threshold(fixture_engine: Engine) -> None:
     with pytest.raises(SprinterError, match="unknown method"):
         fixture_engine.generate("hi", method="magic")
     with pytest.raises(SprinterError, match="threshold"):
-        fixture_engine.generate("hi", method="sprinter", threshold=1.5)
+        OperatingPoint(threshold=1.5)
+    with pytest.raises(SprinterError, match="run_cap"):
+        Engine.from_files(None, fixture_engine.target_path, method="ar", run_cap=0)
 
 
 def test_streaming_can_be_cancelled(fixture_engine: Engine) -> None:
-    gen = fixture_engine.stream(PROMPTS[3], max_tokens=200, method="sprinter")
+    gen = fixture_engine.stream(PROMPTS[3], SamplingParams(max_tokens=200), method="sprinter")
     for i, _ in enumerate(gen):
         if i == 2:
             break
     gen.close()
     assert gen.result is not None and gen.result.finish_reason == "cancelled"
     # the next generation on the same models is unaffected
-    again = fixture_engine.generate(PROMPTS[3], max_tokens=12, method="ar")
-    ref = fixture_engine.generate(PROMPTS[3], max_tokens=12, method="sd")
+    again = fixture_engine.generate(PROMPTS[3], SamplingParams(max_tokens=12), method="ar")
+    ref = fixture_engine.generate(PROMPTS[3], SamplingParams(max_tokens=12), method="sd")
     assert again.token_ids == ref.token_ids

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sprinter_edge.decoding.sampling import Sampler, SamplingParams, confidence, distribution
+from sprinter_edge.decoding.sampling import Sampler, SamplingParams, distribution
+from sprinter_edge.numerics import confidence
 
 ALPHA = 1e-3  # significance level of every statistical test in this file
 

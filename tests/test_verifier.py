@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sprinter_edge import SamplingParams
 from sprinter_edge.errors import VerifierError
 from sprinter_edge.training.collect import CollectConfig, collect, load_data
 from sprinter_edge.training.corpus import load_corpus
@@ -121,7 +122,8 @@ def test_sprinter_generates_with_the_onnx_verifier(trained, fixture_engine) -> N
     path, _, _ = trained
     fixture_engine.set_verifier(str(path))
     try:
-        result = fixture_engine.generate("Write a haiku about rain.", max_tokens=12, method="sprinter")
+        result = fixture_engine.generate("Write a haiku about rain.", SamplingParams(max_tokens=12),
+                                         method="sprinter")
     finally:
         fixture_engine.set_verifier("confidence")
     assert len(result.token_ids) > 0

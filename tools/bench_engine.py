@@ -16,7 +16,7 @@ import argparse
 import statistics
 import sys
 
-from sprinter_edge import Engine, Hardware
+from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.bench.peers import LlamaCppPeer
 from sprinter_edge.catalog.registry import load_registry
 from sprinter_edge.catalog.store import ensure_pair
@@ -51,13 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         for prompt in PROMPTS:
             tokens = engine.encode(prompt)
-            r = engine.generate(tokens, max_tokens=args.max_tokens, method="ar")
+            r = engine.generate(tokens, SamplingParams(max_tokens=args.max_tokens), method="ar")
             # same measure as the peer: tokens after the first over the time after the first
             ours.append(r.stats.new_tokens / r.stats.decode_seconds)
             run = peer.generate(tokens, args.max_tokens)
             theirs.append(run.tokens_per_second)
             for method in overhead:
-                s = engine.generate(tokens, max_tokens=args.max_tokens, method=method).stats
+                s = engine.generate(tokens, SamplingParams(max_tokens=args.max_tokens), method=method).stats
                 overhead[method].append(s.overhead_seconds / max(1, s.new_tokens) * 1e3)
                 if method == "sprinter":
                     catchup_calls.append(s.target_calls / max(1, s.sd_tests))

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api import Engine
+from ..decoding import SamplingParams
 from ..decoding.base import Origin, Stats
+from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
 from . import memory, quality
 from .peers import LlamaCppPeer
@@ -128,8 +130,10 @@ class Runner:
                     max_tokens: int) -> tuple[list[int], str, Stats, list[Origin]]:
         verifier = Oracle(reference or []) if spec.kind == "oracle" else None
         threshold = 0.5 if spec.kind == "oracle" else spec.threshold
-        res = self.engine.generate(prompt, max_tokens=max_tokens, temperature=self.config.temperature,
-                                   method=spec.engine_method, threshold=threshold, verifier=verifier)
+        point = OperatingPoint(threshold=threshold) if threshold is not None else None
+        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature)
+        res = self.engine.generate(prompt, params, method=spec.engine_method, operating_point=point,
+                                   verifier=verifier)
         return res.token_ids, res.text, res.stats, res.origins
 
     def run_one(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,

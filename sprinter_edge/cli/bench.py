@@ -114,10 +114,7 @@ def run(args: argparse.Namespace) -> int:
         if why:
             notes.append(f"llama-cpp rows skipped: {why}")
             methods = [m for m in methods if m not in runner.PEER_METHODS]
-    engine = engine_from(args, method="sd")
-    engine.settings.run_cap = args.run_cap or None
-    engine.settings.draft_len = args.draft_len
-    engine.load()
+    engine = engine_from(args, method="sd").load()
     try:
         if args.thresholds.strip() == "presets":
             thresholds = sorted(set(engine.verifier.presets.values())) if "sprinter" in methods else []

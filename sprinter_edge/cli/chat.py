@@ -13,7 +13,8 @@ from typing import TextIO
 from ..decoding import METHODS
 from ..errors import ContextOverflowError, SprinterError
 from ..serving.chat_session import ChatSession
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, threshold_from
+from ..verifiers.operating_point import OperatingPoint
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
 
 PROMPT = ">>> "
 HELP = """commands:
@@ -194,14 +195,12 @@ class ChatRepl:
             self.say(f"method set to {arg}")
         elif name == "/threshold":
             try:
-                value = float(arg)
-            except ValueError:
-                self.say("usage: /threshold X  (a number in (0, 1])")
+                point = OperatingPoint(threshold=float(arg))
+            except ValueError as exc:  # not a number, or out of range
+                self.say(f"usage: /threshold X  (a number in (0, 1]): {exc}")
                 return None
-            if not 0 < value <= 1:
-                self.say("error: the threshold must be in (0, 1]")
-                return None
-            engine.settings.threshold = value
+            engine.set_operating_point(point)
+            value = point.threshold
             note = "" if engine.settings.method == "sprinter" else " (used by the sprinter method)"
             self.say(f"threshold set to {value}{note}")
         else:
@@ -210,13 +209,9 @@ class ChatRepl:
 
 
 def run(args: argparse.Namespace) -> int:
-    engine = engine_from(args)
-    engine.settings.threshold = threshold_from(args, engine)
-    engine.load()
-    session = ChatSession(engine, system=args.system, gen_kwargs=dict(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, stop=args.stop,
-    ))
+    params = sampling_from(args)
+    engine = engine_from(args).load()
+    session = ChatSession(engine, system=args.system, params=params)
     save_history = _setup_readline(args.history_file)
     name = engine.pair.name if engine.pair else engine.target_path.name
     print(f"sprinter-edge chat: {name}, method {engine.settings.method}. "

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
-from ..api import Engine, Hardware
-from ..decoding import METHODS
+from ..api import DEFAULT_METHOD, Engine, Hardware
+from ..decoding import METHODS, SamplingParams
+from ..errors import SettingsError
+from ..verifiers.calibration import PRESETS
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -33,47 +36,42 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                    help="target layers on the GPU (0 = CPU, -1 = all)")
 
 
-def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = "sprinter") -> None:
+def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--method", choices=METHODS, default=method_default,
                    help="ar: target only; draft: draft only; sd: speculative decoding (lossless); "
                         "sprinter: learned approximate verification. Default: %(default)s")
-    g.add_argument("--max-tokens", type=int, default=256, help="new tokens at most (default: %(default)s)")
-    g.add_argument("--temperature", type=float, default=0.0,
+    g.add_argument("--max-tokens", type=int, default=SamplingParams.max_tokens,
+                   help="new tokens at most (default: %(default)s)")
+    g.add_argument("--temperature", type=float, default=SamplingParams.temperature,
                    help="0 = greedy (default); >0 samples")
-    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    g.add_argument("--top-k", type=int, default=SamplingParams.top_k,
+                   help="keep the k most likely tokens (0 = off)")
+    g.add_argument("--top-p", type=float, default=SamplingParams.top_p,
+                   help="nucleus sampling mass (1 = off)")
     g.add_argument("--seed", type=int, default=None, help="random seed for sampling")
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop when this text appears (repeatable)")
     g.add_argument("--verifier", default="auto",
                    help="sprinter verifier: auto (the pair's trained one, else the confidence "
                         "rule), confidence, always-flag, never-flag, or a path to an .onnx file")
-    g.add_argument("--threshold", type=float, default=None,
-                   help="sprinter: flag a token when its score is below this (default: the "
-                        "verifier's calibrated value)")
-    g.add_argument("--preset", choices=("quality", "balanced", "fast"), default=None,
-                   help="sprinter: pick the threshold from the verifier's calibration table")
-    g.add_argument("--max-fp-rate", type=float, default=None, metavar="X",
-                   help="sprinter: the lowest threshold whose held-out false-pass rate eta_FP "
-                        "(wrong draft tokens passed) is at most X (needs a trained verifier)")
+    point = g.add_mutually_exclusive_group()
+    point.add_argument("--threshold", type=float, default=None,
+                       help="sprinter: flag a token when its score is below this, in (0, 1] "
+                            "(default: the verifier's calibrated value)")
+    point.add_argument("--preset", choices=PRESETS, default=None,
+                       help="sprinter: pick the threshold from the verifier's calibration table")
+    point.add_argument("--max-fp-rate", type=float, default=None, metavar="X",
+                       help="sprinter: the lowest threshold whose held-out false-pass rate eta_FP "
+                            "(wrong draft tokens passed) is at most X (needs a trained verifier)")
     g.add_argument("--run-cap", type=int, default=20,
                    help="sprinter: longest run of tokens kept without the target (0 = no cap)")
     g.add_argument("--draft-len", type=int, default=4, help="sd: draft tokens per round")
 
 
-def threshold_from(args: argparse.Namespace, engine: Engine) -> float | None:
-    """--threshold, else the verifier's threshold for --max-fp-rate or --preset (sprinter only);
-    None leaves the verifier's calibrated default."""
-    if args.method != "sprinter" or args.threshold is not None:
-        return args.threshold
-    if args.max_fp_rate is not None:
-        from ..verifiers.calibration import verifier_threshold_for_max_fp
-
-        return verifier_threshold_for_max_fp(engine.verifier, args.max_fp_rate)
-    if args.preset:
-        return engine.verifier.threshold_for(args.preset)
-    return None
+def sampling_from(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                          top_p=args.top_p, seed=args.seed, stop=tuple(args.stop))
 
 
 def hardware_from(args: argparse.Namespace) -> Hardware:
@@ -88,20 +86,22 @@ def hardware_from(args: argparse.Namespace) -> Hardware:
 
 
 def engine_from(args: argparse.Namespace, *, method: str | None = None) -> Engine:
-    method = method or getattr(args, "method", "sprinter")
-    kwargs = dict(
-        method=method, hardware=hardware_from(args),
+    """The engine the flags describe (decoding flags are optional: `bench` has fewer)."""
+    run_cap = getattr(args, "run_cap", 20)
+    if run_cap is not None and run_cap < 0:
+        raise SettingsError("--run-cap must be >= 0 (0 = no cap)")
+    kwargs: dict[str, Any] = dict(
+        method=method or getattr(args, "method", DEFAULT_METHOD), hardware=hardware_from(args),
         verifier=getattr(args, "verifier", "auto"),
-        threshold=getattr(args, "threshold", None),
-        run_cap=(getattr(args, "run_cap", 20) or None),
+        threshold=getattr(args, "threshold", None), preset=getattr(args, "preset", None),
+        max_fp_rate=getattr(args, "max_fp_rate", None),
+        run_cap=run_cap or None,  # the CLI's 0 means no cap
         draft_len=getattr(args, "draft_len", 4),
     )
     if args.target:
         return Engine.from_files(args.draft, args.target, **kwargs)
     if args.draft:
-        from ..errors import SprinterError
-
-        raise SprinterError("--draft needs --target as well")
+        raise SettingsError("--draft needs --target as well")
     return Engine.from_pair(args.pair, offline=args.offline, download=not args.offline,
                             progress=sys.stderr.isatty(), **kwargs)
 

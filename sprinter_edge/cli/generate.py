@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, threshold_from
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,12 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    params = sampling_from(args)
     engine = engine_from(args)
-    threshold = threshold_from(args, engine)
-    gen = engine.stream(
-        prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, stop=args.stop, chat=args.chat, threshold=threshold,
-    )
+    gen = engine.stream(prompt, params, chat=args.chat)
     try:
         for chunk in gen:
             if not args.json:

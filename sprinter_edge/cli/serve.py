@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import SprinterError
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, threshold_from
+from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,13 +39,11 @@ def run(args: argparse.Namespace) -> int:
         raise SprinterError(
             f"`serve` needs {exc.name}: pip install 'sprinter-edge[serve]'") from exc
     engine = engine_from(args)
-    engine.settings.threshold = threshold_from(args, engine)
     model_id = args.model_name or (engine.pair.name if engine.pair and not args.target
                                    else engine.target_path.name.removesuffix(".gguf"))
     if args.stop:
         print("sprinter-edge serve: --stop is ignored; send \"stop\" per request", file=sys.stderr)
-    defaults = {"max_tokens": args.max_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                "top_k": args.top_k, "seed": args.seed}
+    defaults = sampling_from(args).replace(stop=())
     print(f"sprinter-edge serve: model {model_id!r} (method {engine.settings.method}) on "
           f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
     serve(engine, model_id=model_id, host=args.host, port=args.port, defaults=defaults,

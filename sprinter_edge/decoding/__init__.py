@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ..errors import SettingsError
 from .ar import Autoregressive
+from .auto import Auto
 from .base import DecodeContext, Origin, Stats, Strategy
 from .draft import DraftOnly
 from .sampling import Sampler, SamplingParams
@@ -11,7 +13,7 @@ from .sprinter import Sprinter
 from .stream import Chunk, Generation, GenerationResult
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (Autoregressive, DraftOnly, Speculative, Sprinter)
+    cls.name: cls for cls in (Auto, Autoregressive, DraftOnly, Speculative, Sprinter)
 }
 METHODS = tuple(STRATEGIES)
 
@@ -20,7 +22,7 @@ def get_strategy(name: str) -> Strategy:
     try:
         return STRATEGIES[name]()
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
+        raise SettingsError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
 
 
 __all__ = [

@@ -3,7 +3,9 @@
 A strategy is one generator function over a `DecodeContext`: given the prompt tokens it
 yields lists of newly committed tokens, each tagged with where it came from, forever;
 the driver (`stream.py`) stops it on EOS, the token budget or a stop string. A new
-strategy is one new file with one `Strategy` subclass registered in `strategies.py`.
+strategy is one new file with one `Strategy` subclass, listed in `decoding/__init__.py`.
+Each strategy says what it needs (draft, target, verifier, logits rows per target call), so
+the engine, the cost model and the server never test method names.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 from ..backend.llama import DecodeOutput, LlamaModel
+from ..planning.planner import Planner
+from ..verifiers.base import Verifier
 from .sampling import Sampler
 
 
@@ -52,6 +56,10 @@ class Stats:
     target_tokens: int = 0  # tokens the target decoded after the prompt
     flags: int = 0  # sprinter: tokens the verifier sent to the target
     cap_hits: int = 0  # sprinter: runs ended by the run cap
+    eog_checks: int = 0  # sprinter: end-of-generation tokens sent to the target unscored
+    plan: str | None = None  # auto: the plan running at the end (e.g. "sprinter(cap=20)")
+    plan_reason: str | None = None  # auto: why
+    plan_switches: int = 0  # auto: changes of plan during the reply
     sd_tests: int = 0
     # wall time, seconds
     prefill_seconds: float = 0.0
@@ -89,8 +97,8 @@ class Stats:
 
     @property
     def mean_run_length(self) -> float:
-        """sprinter: tokens kept without the target per catch-up (flag or run cap)."""
-        return self.kept / max(1, self.flags + self.cap_hits)
+        """sprinter: tokens kept without the target per catch-up (flag, run cap or end token)."""
+        return self.kept / max(1, self.flags + self.cap_hits + self.eog_checks)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -118,13 +126,13 @@ class DecodeContext:
     sampler: Sampler
     stats: Stats
     max_new_tokens: int
-    verifier: object | None = None  # verifiers.base.Verifier (sprinter)
-    threshold: float = 0.5
+    verifier: Verifier | None = None  # sprinter
+    threshold: float = 0.5  # sprinter: flag a token whose verifier score is below this
     run_cap: int | None = 20  # sprinter: longest run without the target (None: no cap)
     draft_len: int = 4  # sd: tokens drafted per round
     verify_eog: bool = True  # sprinter: end-of-generation tokens always go to the target
     produced: int = 0  # tokens committed so far (kept up to date by the driver)
-    extra: dict = field(default_factory=dict)
+    planner: Planner | None = None  # auto: shared across the engine's replies
 
     @property
     def remaining(self) -> int:
@@ -149,11 +157,22 @@ class DecodeContext:
 
 
 class Strategy(ABC):
-    """One decoding method."""
+    """One decoding method, and what it needs to run."""
 
     name: str = ""
-    needs_draft: bool = False
+    needs_draft: bool = False  # cannot run without a draft model
+    uses_draft: bool = False  # runs the draft when the engine has one
     needs_target: bool = True
+    needs_verifier: bool = False  # scores draft tokens (when a draft runs)
+    needs_planner: bool = False  # chooses its plan from this machine's measured costs
+
+    def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
+        """The models that read the prompt before the first step (the driver times it)."""
+        return [m for m in (ctx.target, ctx.draft) if m is not None]
+
+    def target_rows(self, n_tokens: float) -> float:
+        """Logits rows one target call of n tokens asks for (the cost model prices them)."""
+        return 1.0
 
     @abstractmethod
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:

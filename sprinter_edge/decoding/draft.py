@@ -10,6 +10,7 @@ from .base import DecodeContext, Origin, Step, Strategy
 class DraftOnly(Strategy):
     name = "draft"
     needs_draft = True
+    uses_draft = True
     needs_target = False
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:

@@ -8,9 +8,14 @@ the distribution the user asked for.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from ..errors import SettingsError
+from ..numerics import softmax
 
 # Candidate pool for top-p: the nucleus is searched among the most likely tokens first and
 # the full vocabulary is sorted only when those do not reach top_p.
@@ -19,46 +24,38 @@ _TOP_P_POOL = 1024
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0
+    """What one reply may look like: length, randomness, where it stops.
+
+    The one place the generation defaults live; the CLI, the chat REPL, the server and the
+    Python API all build one of these (`replace` derives a variant)."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
     seed: int | None = None
+    stop: tuple[str, ...] = ()  # stop before the first of these texts
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(s for s in self.stop if s))
+        if self.max_tokens < 0:
+            raise SettingsError("max_tokens must be >= 0")
         if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+            raise SettingsError("temperature must be >= 0")
         if self.top_k < 0:
-            raise ValueError("top_k must be >= 0")
+            raise SettingsError("top_k must be >= 0")
         if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
+            raise SettingsError("top_p must be in (0, 1]")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
 
-
-Prepared = "int | np.ndarray"  # argmax token (greedy) or probability vector
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64) - float(np.max(logits))
-    e = np.exp(z)
-    return e / e.sum()
-
-
-def confidence(logits: np.ndarray) -> tuple[float, float]:
-    """The draft's own confidence at temperature 1: max probability and entropy (nats).
-
-    float32 exponentials with float64 sums: ~10x cheaper than float64 over a 152k vocabulary,
-    and accurate to ~1e-6. No np.dot: a BLAS call wakes OpenBLAS threads that spin and steal
-    the cores llama.cpp needs."""
-    x = np.asarray(logits, dtype=np.float32)
-    z = x - x.max()
-    e = np.exp(z)
-    s = float(e.sum(dtype=np.float64))
-    e *= z
-    entropy = float(np.log(s) - e.sum(dtype=np.float64) / s)
-    return 1.0 / s, entropy
+    def replace(self, **changes: Any) -> SamplingParams:
+        return dataclasses.replace(self, **changes)
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

@@ -15,6 +15,10 @@ from .base import DecodeContext, Origin, Step, Strategy
 class Speculative(Strategy):
     name = "sd"
     needs_draft = True
+    uses_draft = True
+
+    def target_rows(self, n_tokens: float) -> float:
+        return n_tokens  # every drafted token plus the bonus row
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         assert ctx.draft is not None

@@ -16,18 +16,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from ..verifiers.base import DraftFeatures, Verifier
+from ..verifiers.base import DraftFeatures
 from .base import DecodeContext, Origin, Step, Strategy
 
 
 class Sprinter(Strategy):
     name = "sprinter"
     needs_draft = True
+    uses_draft = True
+    needs_verifier = True
+
+    def target_rows(self, n_tokens: float) -> float:
+        return 2.0  # the flagged token and the bonus token
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         assert ctx.draft is not None
         verifier = ctx.verifier
-        assert isinstance(verifier, Verifier)
+        assert verifier is not None
         sampler, stats, draft = ctx.sampler, ctx.stats, ctx.draft
         seq = list(prompt)
         while True:
@@ -54,9 +59,10 @@ class Sprinter(Strategy):
                         yield [(token, Origin.KEPT)]
                         continue
                     stats.flags += 1
+                elif at_cap:
+                    stats.cap_hits += 1
                 else:
-                    stats.cap_hits += at_cap
-                    stats.flags += not at_cap
+                    stats.eog_checks += 1
                 break
 
             # Catch-up: pending tokens + the flagged one, one target decode, last two rows.

@@ -85,9 +85,6 @@ class Generation:
         assert self.result is not None
         return self.result
 
-    def _models(self) -> list[LlamaModel]:
-        return [m for m in (self.ctx.target, self.ctx.draft) if m is not None]
-
     def _run(self) -> Iterator[Chunk]:
         ctx, stats = self.ctx, self.ctx.stats
         stats.method = self.strategy.name
@@ -105,7 +102,7 @@ class Generation:
         try:
             # Prefill: every model reads the prompt but its last token, which the first
             # decode of each strategy reads with its logits.
-            for model in self._models():
+            for model in self.strategy.prefill_models(ctx):
                 model.sync(self.prompt[:-1], n_logits=0)
             stats.prefill_seconds = time.perf_counter() - t_start
             if ctx.max_new_tokens <= 0:

@@ -10,12 +10,12 @@ the reply into different tokens and force the whole reply to be read again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..api import Engine
 from ..backend.llama import common_prefix
-from ..decoding import Chunk, Generation, GenerationResult
+from ..decoding import Chunk, Generation, GenerationResult, SamplingParams, get_strategy
 from ..prompting import Message, prompt_tokens
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class ChatSession:
 
     engine: Engine
     system: str | None = None
-    gen_kwargs: dict = field(default_factory=dict)  # max_tokens, temperature, ... for stream()
+    params: SamplingParams = field(default_factory=SamplingParams)  # for every reply
     messages: list[Message] = field(default_factory=list)
     last_result: GenerationResult | None = None
     last_turn: TurnInfo | None = None
@@ -77,10 +77,8 @@ class ChatSession:
         model = self.engine.text_model
         return model.detokenize(self._reply_tokens) == self._reply_text
 
-    def _cached_prefix(self, tokens: list[int], method: str) -> int:
-        from ..decoding import get_strategy
-
-        strategy = get_strategy(method)
+    def _cached_prefix(self, tokens: list[int]) -> int:
+        strategy = get_strategy(self.engine.settings.method)
         models = []
         if strategy.needs_target:
             models.append(self.engine.target)
@@ -89,16 +87,13 @@ class ChatSession:
         return min(common_prefix(m.tokens, tokens) for m in models)
 
     # ------------------------------------------------------------------ turns
-    def send(self, text: str, **overrides: object) -> Generation:
-        """Start the reply to `text`; iterate the result, then call `finish`.
-
-        Raises ContextOverflowError (and other SprinterErrors) before anything changes."""
+    def send(self, text: str) -> Generation:
+        """Start the reply to `text` with the engine's method; iterate the result, then call
+        `finish`. Raises ContextOverflowError (and other SprinterErrors) before anything changes."""
         messages = [*self.messages, {"role": "user", "content": text}]
         text_rendered, tokens, spliced = self.build_prompt(messages)
-        kwargs = {**self.gen_kwargs, **overrides}
-        method = str(kwargs.get("method") or self.engine.settings.method)
-        reused = self._cached_prefix(tokens, method)
-        gen = self.engine.stream(tokens, **kwargs)  # may raise: the session is unchanged
+        reused = self._cached_prefix(tokens)
+        gen = self.engine.stream(tokens, self.params)  # may raise: the session is unchanged
         # prefill reads the prompt but its last token; that one is read by the first decode
         info = TurnInfo(prompt_tokens=len(tokens), reused_tokens=min(reused, len(tokens) - 1),
                         spliced=spliced)
@@ -122,10 +117,9 @@ class ChatSession:
         self.turns.append(info)
         return result
 
-    def reply(self, text: str, on_chunk: Callable[[Chunk], None] | None = None,
-              **overrides: object) -> GenerationResult:
+    def reply(self, text: str, on_chunk: Callable[[Chunk], None] | None = None) -> GenerationResult:
         """Send `text` and run the reply to the end (convenience for non-interactive use)."""
-        gen = self.send(text, **overrides)
+        gen = self.send(text)
         try:
             for chunk in gen:
                 if on_chunk is not None:
@@ -133,10 +127,3 @@ class ChatSession:
         finally:
             result = self.finish(gen)
         return result
-
-    def iter_reply(self, text: str, **overrides: object) -> Iterator[Chunk]:
-        gen = self.send(text, **overrides)
-        try:
-            yield from gen
-        finally:
-            self.finish(gen)

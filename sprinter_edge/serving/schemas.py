@@ -2,13 +2,15 @@
 
 The standard OpenAI fields that sprinter-edge cannot honour are accepted only at their
 neutral values, so a client that sends them explicitly still works; `method`, `threshold`
-and `top_k` are sprinter-edge extensions."""
+and `top_k` are sprinter-edge extensions; `model` may be any name."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..decoding import METHODS
 
 
 class _Strict(BaseModel):
@@ -36,7 +38,7 @@ class StreamOptions(_Strict):
 
 
 class _GenerationFields(_Strict):
-    model: str
+    model: str | None = None  # any name: the server serves its one loaded pair
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -50,8 +52,15 @@ class _GenerationFields(_Strict):
     frequency_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
     user: str | None = None
     # sprinter-edge extensions
-    method: Literal["ar", "draft", "sd", "sprinter"] | None = None
+    method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str | None) -> str | None:
+        if value is not None and value not in METHODS:
+            raise ValueError(f"unknown method {value!r}; choose from {', '.join(METHODS)}")
+        return value
 
     @model_validator(mode="after")
     def _check_stop(self) -> _GenerationFields:

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,8 +22,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import Engine
-from ..decoding import GenerationResult
+from ..decoding import GenerationResult, SamplingParams
 from ..errors import ContextOverflowError, SprinterError
+from ..verifiers.operating_point import OperatingPoint
 from .schemas import ChatCompletionRequest, CompletionRequest
 from .worker import EngineWorker, Job
 
@@ -86,14 +87,14 @@ class _JobStream(StreamingResponse):
             self.job.cancel()
 
 
-def create_app(engine: Engine, *, model_id: str, defaults: dict[str, Any] | None = None,
+def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None = None,
                worker: EngineWorker | None = None) -> FastAPI:
     """The FastAPI app serving `engine` as model `model_id`.
 
-    `defaults` holds the generation settings used when a request leaves them out
-    (max_tokens, temperature, top_p, top_k, seed)."""
-    defaults = {"max_tokens": 256, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None,
-                **(defaults or {})}
+    `defaults` holds the sampling settings used where a request leaves a field out. Any
+    `model` name is served by the one loaded pair (many clients send a fixed name, and
+    llama.cpp's server does the same); responses name the served id."""
+    defaults = defaults or SamplingParams()
     worker = worker or EngineWorker(engine)
     created = int(time.time())
 
@@ -131,22 +132,18 @@ def create_app(engine: Engine, *, model_id: str, defaults: dict[str, Any] | None
         return {"object": "list", "data": [
             {"id": model_id, "object": "model", "created": created, "owned_by": "sprinter-edge"}]}
 
-    def check_model(name: str) -> None:
-        if name != model_id:
-            raise ApiError(404, f"model {name!r} is not loaded; this server serves {model_id!r}",
-                           type_="not_found_error", code="model_not_found", param="model")
-
-    def gen_kwargs(req: ChatCompletionRequest | CompletionRequest, *, chat: bool) -> dict[str, Any]:
-        def pick(name: str, value: Any) -> Any:
-            return defaults[name] if value is None else value
-
-        return {
-            "max_tokens": pick("max_tokens", req.token_limit()),
-            "temperature": pick("temperature", req.temperature),
-            "top_p": pick("top_p", req.top_p), "top_k": pick("top_k", req.top_k),
-            "seed": pick("seed", req.seed), "stop": req.stops(), "chat": chat,
-            "method": req.method, "threshold": req.threshold,
-        }
+    def submit(req: ChatCompletionRequest | CompletionRequest, prompt: Any, *, chat: bool) -> Job:
+        """Queue the request with its settings (the defaults where it leaves a field out)."""
+        fields = {"max_tokens": req.token_limit(), "temperature": req.temperature,
+                  "top_p": req.top_p, "top_k": req.top_k, "seed": req.seed}
+        try:
+            params = defaults.replace(stop=tuple(req.stops()),
+                                      **{k: v for k, v in fields.items() if v is not None})
+            point = OperatingPoint(threshold=req.threshold) if req.threshold is not None else None
+        except SprinterError as exc:
+            raise ApiError(400, str(exc)) from None
+        return worker.submit(prompt, params=params, chat=chat, method=req.method,
+                             operating_point=point)
 
     async def start(job: Job) -> None:
         """Wait until the worker has accepted the job (or refused it: 400)."""
@@ -172,96 +169,85 @@ def create_app(engine: Engine, *, model_id: str, defaults: dict[str, Any] | None
         finally:
             job.cancel()  # no-op when done; frees the worker if this request was abandoned
 
-    async def events(job: Job) -> AsyncIterator[tuple[str, Any]]:
-        try:
-            while True:
-                kind, value = await job.events.get()
-                yield kind, value
-                if kind in ("done", "error"):
-                    return
-        finally:
-            job.cancel()
-
     def result_extra(result: GenerationResult) -> dict[str, Any]:
         return {"usage": _usage(result), "sprinter": result.stats.to_dict()}
+
+    def stream_response(job: Job, base: dict[str, Any], choice: Callable[[str, str | None], dict],
+                        *, include_usage: bool, opening: dict[str, Any] | None = None) -> _JobStream:
+        """Server-sent events for one job: `choice(text, finish)` shapes each chunk's choice."""
+
+        async def body() -> AsyncIterator[str]:
+            try:
+                if opening is not None:
+                    yield _sse({**base, "choices": [opening]})
+                while True:
+                    kind, value = await job.events.get()
+                    if kind == "chunk" and value.text:
+                        yield _sse({**base, "choices": [choice(value.text, None)]})
+                    elif kind == "done":
+                        yield _sse({**base, "choices": [choice("", FINISH[value.finish_reason])],
+                                    **result_extra(value)})
+                        if include_usage:
+                            yield _sse({**base, "choices": [], "usage": _usage(value)})
+                        break
+                    elif kind == "error":
+                        yield _sse({"error": {"message": f"generation failed: {value}",
+                                              "type": "server_error"}})
+                        break
+                yield _sse("[DONE]")
+            finally:
+                job.cancel()
+
+        return _JobStream(body(), job)
 
     # ------------------------------------------------------------------ chat
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest) -> Any:
-        check_model(req.model)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-        job = worker.submit(messages, **gen_kwargs(req, chat=True))
+        job = submit(req, messages, chat=True)
         await start(job)
-        rid, now = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        base = {"id": rid, "created": now, "model": model_id}
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_id,
+                "object": "chat.completion.chunk" if req.stream else "chat.completion"}
         if not req.stream:
             result = await collect(job)
-            return {**base, "object": "chat.completion", "choices": [{
+            return {**base, "choices": [{
                 "index": 0, "message": {"role": "assistant", "content": result.text},
                 "finish_reason": FINISH[result.finish_reason], "logprobs": None}],
                 **result_extra(result)}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-            return _sse({**base, "object": "chat.completion.chunk", "choices": [
-                {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra})
+        def choice(text: str, finish: str | None) -> dict[str, Any]:
+            delta = {"content": text} if text else {}
+            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
 
-        async def body() -> AsyncIterator[str]:
-            yield chunk({"role": "assistant", "content": ""})
-            async for kind, value in events(job):
-                if kind == "chunk" and value.text:
-                    yield chunk({"content": value.text})
-                elif kind == "done":
-                    yield chunk({}, FINISH[value.finish_reason], **result_extra(value))
-                    if include_usage:
-                        yield _sse({**base, "object": "chat.completion.chunk", "choices": [],
-                                    "usage": _usage(value)})
-                elif kind == "error":
-                    yield _sse({"error": {"message": f"generation failed: {value}",
-                                          "type": "server_error"}})
-            yield _sse("[DONE]")
-
-        return _JobStream(body(), job)
+        opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
+                   "logprobs": None}
+        return stream_response(job, base, choice, opening=opening,
+                               include_usage=bool(req.stream_options and req.stream_options.include_usage))
 
     # ------------------------------------------------------------------ completions
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> Any:
-        check_model(req.model)
-        job = worker.submit(req.prompt_value(), **gen_kwargs(req, chat=False))
+        job = submit(req, req.prompt_value(), chat=False)
         await start(job)
-        rid, now = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        base = {"id": rid, "created": now, "model": model_id, "object": "text_completion"}
+        base = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_id,
+                "object": "text_completion"}
         if not req.stream:
             result = await collect(job)
             return {**base, "choices": [{"index": 0, "text": result.text, "logprobs": None,
                                          "finish_reason": FINISH[result.finish_reason]}],
                     **result_extra(result)}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        def chunk(text: str, finish: str | None = None, **extra: Any) -> str:
-            return _sse({**base, "choices": [{"index": 0, "text": text, "logprobs": None,
-                                              "finish_reason": finish}], **extra})
+        def choice(text: str, finish: str | None) -> dict[str, Any]:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
 
-        async def body() -> AsyncIterator[str]:
-            async for kind, value in events(job):
-                if kind == "chunk" and value.text:
-                    yield chunk(value.text)
-                elif kind == "done":
-                    yield chunk("", FINISH[value.finish_reason], **result_extra(value))
-                    if include_usage:
-                        yield _sse({**base, "choices": [], "usage": _usage(value)})
-                elif kind == "error":
-                    yield _sse({"error": {"message": f"generation failed: {value}",
-                                          "type": "server_error"}})
-            yield _sse("[DONE]")
-
-        return _JobStream(body(), job)
+        return stream_response(job, base, choice,
+                               include_usage=bool(req.stream_options and req.stream_options.include_usage))
 
     return app
 
 
 def serve(engine: Engine, *, model_id: str, host: str = "127.0.0.1", port: int = 8000,
-          defaults: dict[str, Any] | None = None, log_level: str = "info") -> None:
+          defaults: SamplingParams | None = None, log_level: str = "info") -> None:
     """Load the models and serve until interrupted."""
     import uvicorn
 

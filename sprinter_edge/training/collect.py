@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.llama import LlamaModel
-from ..decoding.sampling import confidence, softmax
 from ..errors import SprinterError
+from ..numerics import confidence, softmax
 from ..prompting import prompt_tokens, render_chat
 from .corpus import Corpus, CorpusPrompt
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..decoding.sampling import confidence
+from ..errors import VerifierError
+from ..numerics import confidence
 
 # Feature blocks a learned verifier may use, in this order.
 FEATURE_BLOCKS = ("hidden", "max_prob", "entropy", "run_position")
@@ -70,6 +71,9 @@ class Verifier(ABC):
     def threshold_for(self, preset: str | None) -> float:
         if preset is None:
             return self.default_threshold
+        if preset not in self.presets:
+            raise VerifierError(f"verifier {self.name!r} has no preset {preset!r} "
+                                f"(it has {', '.join(self.presets) or 'none'})")
         return self.presets[preset]
 
     @abstractmethod

@@ -16,8 +16,9 @@ import numpy as np
 
 from ..errors import VerifierError
 
-# Presets as maximum false-pass rates on held-out prompts.
+# Presets as maximum false-pass rates on held-out prompts; their names, in order of speed.
 PRESET_MAX_FP = {"quality": 0.10, "balanced": 0.25, "fast": 0.50}
+PRESETS = tuple(PRESET_MAX_FP)
 
 
 # 0.02 .. 0.90 in steps of 0.02, then 0.905 .. 1.0 in steps of 0.005: calibrated accept
@@ -97,13 +98,3 @@ def tv_bound_line(eta_fp: float, tv_pq: float | None) -> str:
         return f"TV(p, p_sprinter) <= eta_FP * TV(p, q) = {eta_fp:.3f} * TV(p, q)"
     return (f"TV(p, p_sprinter) <= eta_FP * TV(p, q) = {eta_fp:.3f} * {tv_pq:.3f} = "
             f"{eta_fp * tv_pq:.4f}  (TV(p, q): mean per-token estimate on held-out prompts)")
-
-
-def verifier_threshold_for_max_fp(verifier: object, max_fp: float) -> float:
-    """Threshold of a calibrated verifier (one with a held-out table) for eta_FP <= max_fp."""
-    rows = getattr(verifier, "calibration", None)
-    if not rows:
-        raise VerifierError(
-            f"verifier {getattr(verifier, 'name', verifier)!r} has no calibration table: "
-            "--max-fp-rate needs a trained verifier (use --threshold instead)")
-    return threshold_for_max_fp(rows, max_fp)

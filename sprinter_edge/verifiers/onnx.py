@@ -142,11 +142,3 @@ class OnnxVerifier(Verifier):
         out = self._session.run([self._output], {self._input: x})[0]
         out = np.asarray(out)
         return out[:, 1] if out.ndim == 2 else out
-
-    def threshold_for(self, preset: str | None) -> float:
-        if preset is None:
-            return self.default_threshold
-        if preset not in self.presets:
-            raise VerifierError(f"verifier {self.path.name} has no preset {preset!r} "
-                                f"(it has {', '.join(self.presets) or 'none'})")
-        return self.presets[preset]

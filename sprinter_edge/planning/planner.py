@@ -1,0 +1,212 @@
+"""The `auto` method's brain: predict each method's milliseconds per token on this machine and
+pick the fastest, learning from what actually happens.
+
+Prediction = this machine's measured decode costs (costs.py) x the pair's acceptance
+statistics (how often the target accepts a drafted token, how often the verifier flags one).
+Both are estimates, so the planner keeps two kinds of evidence as it runs, across replies:
+- acceptance: running means, seeded with priors (the verifier's calibration where it has one);
+- efficiency: for each method, measured time over predicted time, so a cost model that is
+  wrong on this machine (threads fighting, thermal limits, a cache effect) corrects itself.
+A speculative method is only chosen when it is predicted to beat `ar` by a margin, and
+`ar` is what remains when nothing does: that is how `auto` stays at or above plain decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .costs import CostTable
+
+SD_DRAFT_LENS = (1, 2, 3, 4, 5, 6, 8)
+RUN_CAPS = (4, 6, 8, 12, 16, 20, 24, 32)
+MARGIN = 0.05  # a speculative plan must be predicted >= 5% faster than ar to be chosen
+PRIOR_WEIGHT = 32.0  # priors count as this many observed tokens
+
+
+@dataclass
+class Running:
+    """A running mean with a prior worth PRIOR_WEIGHT observations; recent data weigh more
+    once there is plenty (the kind of text changes between replies)."""
+
+    value: float
+    weight: float = PRIOR_WEIGHT
+
+    def add(self, value: float, n: float) -> None:
+        if n <= 0:
+            return
+        self.weight = min(self.weight, 512.0)  # forget slowly: at most 512 tokens of memory
+        self.value = (self.value * self.weight + value * n) / (self.weight + n)
+        self.weight += n
+
+
+@dataclass(frozen=True)
+class Plan:
+    method: str  # ar | sd | sprinter
+    ms_per_token: float  # predicted, after the efficiency correction
+    draft_len: int = 0  # sd
+    run_cap: int | None = None  # sprinter
+
+    @property
+    def label(self) -> str:
+        if self.method == "sd":
+            return f"sd(k={self.draft_len})"
+        if self.method == "sprinter":
+            return f"sprinter(cap={self.run_cap})"
+        return self.method
+
+    @property
+    def tokens_per_second(self) -> float:
+        return 1e3 / self.ms_per_token if self.ms_per_token > 0 else 0.0
+
+
+@dataclass
+class Planner:
+    """Chooses among ar, sd (draft length) and sprinter (run cap) for one engine."""
+
+    target: CostTable
+    draft: CostTable | None = None
+    verifier_ms: float = 0.0  # one verifier score
+    max_run_cap: int | None = 20  # the user's cap bounds SPRINTER's (a quality setting)
+    use_sprinter: bool = True
+    # what the pair does (priors; updated as it runs)
+    sd_accept: Running = field(default_factory=lambda: Running(0.75))
+    flag_rate: Running = field(default_factory=lambda: Running(0.2))
+    flagged_accept: Running = field(default_factory=lambda: Running(0.5))
+    # measured / predicted time per method (1 = the cost model is right)
+    efficiency: dict[str, Running] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ predictions
+    def _eff(self, method: str) -> float:
+        r = self.efficiency.get(method)
+        return r.value if r is not None else 1.0
+
+    def raw_ms(self, method: str, *, draft_len: int = 4, run_cap: int | None = 20) -> float:
+        """Predicted decode milliseconds per generated token, from costs and acceptance."""
+        t = self.target
+        if method == "ar" or self.draft is None:
+            return t.cost(1)
+        d1, d2 = self.draft.cost(1), self.draft.cost(2)
+        if method == "sd":
+            a, k = min(self.sd_accept.value, 0.999), draft_len
+            tokens = (1 - a ** (k + 1)) / (1 - a)
+            all_pass = a ** k  # then the draft reads the last draft token and the bonus: 2 tokens
+            ms = k * d1 + all_pass * (d2 - d1) + t.cost(k + 1, k + 1)
+            return ms / tokens
+        if method == "sprinter":
+            f = min(max(self.flag_rate.value, 1e-3), 1.0)
+            acc = self.flagged_accept.value
+            cap = run_cap or 64
+            ms = tokens = 0.0
+            # L tokens kept, then one verified (flagged, or forced at the cap): truncated geometric
+            for kept in range(cap):
+                p = (1 - f) ** kept * (f if kept < cap - 1 else 1.0)
+                if p < 1e-9:
+                    continue
+                steps = kept + 1
+                cycle = steps * d1 + steps * self.verifier_ms + acc * (d2 - d1)
+                cycle += t.cost(kept + 2, 2)  # pending tokens + the last committed one
+                ms += p * cycle
+                tokens += p * (kept + 1 + acc)
+            return ms / tokens
+        raise ValueError(f"no cost model for method {method!r}")
+
+    def plans(self) -> list[Plan]:
+        """Every candidate with its corrected prediction, fastest first."""
+        out = [Plan("ar", self.raw_ms("ar") * self._eff("ar"))]
+        if self.draft is not None:
+            out += [Plan("sd", self.raw_ms("sd", draft_len=k) * self._eff("sd"), draft_len=k)
+                    for k in SD_DRAFT_LENS]
+            if self.use_sprinter:
+                caps = [c for c in RUN_CAPS if self.max_run_cap is None or c <= self.max_run_cap]
+                if self.max_run_cap is not None and self.max_run_cap not in caps:
+                    caps.append(self.max_run_cap)
+                out += [Plan("sprinter", self.raw_ms("sprinter", run_cap=c) * self._eff("sprinter"),
+                             run_cap=c) for c in caps]
+        return sorted(out, key=lambda p: p.ms_per_token)
+
+    def best(self) -> tuple[Plan, str]:
+        """The plan to run and why."""
+        plans = self.plans()
+        ar = next(p for p in plans if p.method == "ar")
+        best = plans[0]
+        if best.method == "ar" or best.ms_per_token > ar.ms_per_token * (1 - MARGIN):
+            fastest_other = next((p for p in plans if p.method != "ar"), None)
+            why = (f"{fastest_other.label} predicted {ar.ms_per_token / fastest_other.ms_per_token:.2f}x "
+                   f"ar: not worth it" if fastest_other else "no draft model")
+            return ar, why
+        return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar "
+                      f"({best.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tok/s)")
+
+    def predicted(self, plan: Plan) -> float:
+        """Uncorrected ms per token of `plan` under the current acceptance estimates."""
+        return self.raw_ms(plan.method, draft_len=plan.draft_len, run_cap=plan.run_cap)
+
+    # ------------------------------------------------------------------ evidence
+    def observe_time(self, plan: Plan, tokens: int, seconds: float) -> None:
+        """`tokens` generated by `plan` in `seconds` of decoding."""
+        if tokens <= 0 or seconds <= 0:
+            return
+        ratio = (seconds * 1e3 / tokens) / self.predicted(plan)
+        self.efficiency.setdefault(plan.method, Running(1.0, 8.0)).add(ratio, tokens)
+
+    def observe_sd(self, accepted: int, rejected: int) -> None:
+        n = accepted + rejected
+        if n:
+            self.sd_accept.add(accepted / n, n)
+
+    def observe_sprinter(self, kept: int, flagged: int, accepted: int, rejected: int) -> None:
+        scored = kept + flagged
+        if scored:
+            self.flag_rate.add(flagged / scored, scored)
+        n = accepted + rejected
+        if n:
+            self.flagged_accept.add(accepted / n, n)
+
+    def switch_ms(self, tokens_behind: int, to_draft: bool) -> float:
+        """The one-off cost of catching a model up on `tokens_behind` tokens."""
+        table = self.draft if to_draft and self.draft is not None else self.target
+        return table.cost(24) / 24 * tokens_behind if tokens_behind > 0 else 0.0
+
+    def describe(self) -> dict:
+        return {"sd_accept": round(self.sd_accept.value, 3), "flag_rate": round(self.flag_rate.value, 3),
+                "flagged_accept": round(self.flagged_accept.value, 3),
+                "efficiency": {k: round(v.value, 3) for k, v in self.efficiency.items()},
+                "verifier_ms": round(self.verifier_ms, 3)}
+
+
+def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold: float | None,
+                 max_run_cap: int | None) -> Planner:
+    """A planner for these loaded models: costs from the cache (or measured now), priors from
+    the verifier's calibration where it has one, the verifier's own cost timed here."""
+    from .costs import machine_costs
+
+    planner = Planner(machine_costs(target), machine_costs(draft) if draft is not None else None,
+                      max_run_cap=max_run_cap)
+    if draft is not None and verifier is not None:
+        planner.verifier_ms = time_verifier(verifier, draft)
+        rows = getattr(verifier, "calibration", None)
+        if rows and threshold is not None:
+            from ..verifiers.calibration import row_at
+
+            planner.flag_rate = Running(max(row_at(rows, threshold).flag_rate, 0.01))
+    return planner
+
+
+def time_verifier(verifier: Any, draft: Any, calls: int = 15) -> float:
+    """Median milliseconds of one verifier score on draft-sized inputs."""
+    from ..verifiers.base import DraftFeatures
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=draft.n_vocab).astype(np.float32)
+    hidden = rng.normal(size=draft.n_embd).astype(np.float32) if verifier.needs_hidden else None
+    times = []
+    for i in range(calls):
+        f = DraftFeatures(hidden=hidden, logits=logits, token=i, run_position=i, output_position=i)
+        t0 = time.perf_counter()
+        verifier.score(f)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
