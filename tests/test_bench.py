@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from sprinter_edge import SamplingParams
-from sprinter_edge.bench import costmodel, quality
-from sprinter_edge.bench.prompts import humaneval_prompts
+from sprinter_edge.bench import costmodel, quality, runner, summary
+from sprinter_edge.bench.prompts import BenchPrompt, humaneval_prompts
 from sprinter_edge.cli import main
+from sprinter_edge.decoding.base import Origin
+from sprinter_edge.decoding.sampling import distribution
+from sprinter_edge.numerics import total_variation
 
 
 def test_rouge_l_known_strings() -> None:
@@ -77,5 +82,97 @@ def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: P
     assert ar["predicted_tps"] > 0 and ar["pass_at_1"] is not None
     sprinter = next(r for r in data["rows"] if r["kind"] == "sprinter")
     assert sprinter["eta_fp"] is not None and "time_split" in sprinter
-    assert "| method |" in (out / "bench.md").read_text()
+    md = (out / "bench.md").read_text()
+    assert "| method |" in md and "TV drift/tok" in md and "TV bound" not in md
+    # the TV figures recomputed from the raw per-token values of the runs (greedy run)
+    for row in (r for r in data["rows"] if r["kind"] in ("sprinter", "oracle")):
+        runs = [r for r in data["runs"] if r["method"] == row["method"] and r["false_pass"]]
+        assert runs
+        kept = [k for r in runs for k in r["false_pass"]["per_token"]["kept"]]
+        tv = [t for r in runs for t in r["false_pass"]["per_token"]["tv"]]
+        greedy = [g for r in runs for g in r["false_pass"]["per_token"]["greedy"]]
+        differs = [d for r in runs for d in r["false_pass"]["per_token"]["argmax_differs"]]
+        assert len(kept) == len(tv) == len(greedy) == sum(len(r["tokens"]) for r in runs)
+        assert all(r["false_pass"]["sampling"]["greedy"] for r in runs)
+        assert tv == differs and set(tv) <= {0, 1}  # greedy: TV of one-hot distributions
+        assert sum(kept) == sum(r["stats"]["kept"] for r in runs)
+        drift = sum(k * t for k, t in zip(kept, tv, strict=True)) / len(tv)
+        fp = sum(k * (1 - g) for k, g in zip(kept, greedy, strict=True))
+        rejected = sum(r["false_pass"]["rejected"] for r in runs)
+        eta = fp / (fp + rejected) if fp + rejected else 0.0
+        assert row["tv_drift"] == pytest.approx(drift) and row["eta_fp"] == pytest.approx(eta)
+        assert row["eta_fp_x_p_differs"] == pytest.approx(eta * sum(differs) / len(differs))
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+class _Rows:
+    """A stand-in model whose `sync` returns fixed logits (one row per position)."""
+
+    n_batch = 512
+
+    def __init__(self, probs: list[list[float]]):
+        self.logits = np.log(np.array(probs + [[1 / 3, 1 / 3, 1 / 3]], np.float32))
+
+    def sync(self, context: list[int], n_logits: int) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.logits[-n_logits:])
+
+
+# Target p and draft q at four positions; tokens and origins as a greedy SPRINTER run makes them.
+P = [[0.5, 0.3, 0.2], [0.6, 0.3, 0.1], [0.1, 0.7, 0.2], [0.5, 0.3, 0.2]]
+Q = [[0.2, 0.3, 0.5], [0.6, 0.3, 0.1], [0.2, 0.6, 0.2], [0.2, 0.3, 0.5]]
+TOKENS = [2, 0, 1, 0]  # 2: the draft's argmax kept (a false pass); 0 at the end: the target's replacement
+ORIGINS = [Origin.KEPT, Origin.ACCEPTED, Origin.KEPT, Origin.RESAMPLED]
+
+
+def test_tv_drift_hand_made_greedy_and_temperature() -> None:
+    target, draft = _Rows(P), _Rows(Q)
+    # greedy: one-hot p and q, TV = 1[argmax differs] = [1, 0, 0, 1]
+    s = quality.score_tokens(target, [5], TOKENS, draft, SamplingParams(temperature=0))
+    assert s is not None and s.tv.tolist() == [1, 0, 0, 1]
+    fp = quality.false_pass(ORIGINS, s, rejected=1)
+    assert (fp.kept, fp.false_pass, fp.eta_fp) == (2, 1, 0.5)
+    assert fp.tv_drift == pytest.approx(1 / 4)  # kept * TV = [1, 0, 0, 0]
+    assert fp.p_argmax_differs == 0.5 and fp.eta_fp * fp.p_argmax_differs == pytest.approx(fp.tv_drift)
+    # temperature 1: TV = [0.3, 0, 0.1, 0.3]; kept positions 0 and 2
+    s1 = quality.score_tokens(target, [5], TOKENS, draft, SamplingParams(temperature=1.0))
+    assert s1.tv == pytest.approx([0.3, 0.0, 0.1, 0.3], abs=1e-6)
+    fp1 = quality.false_pass(ORIGINS, s1, rejected=1)
+    assert fp1.tv_drift == pytest.approx((0.3 + 0.1) / 4, abs=1e-6)
+    assert fp1.eta_fp == 0.5 and fp1.eta_fp * fp1.p_argmax_differs == pytest.approx(0.25)  # not the drift
+    # position 2 alone: eta_FP = 0 (the kept token is the target's argmax), drift 0.1 at T = 1
+    alone = quality.false_pass([Origin.KEPT], quality.score_tokens(
+        _Rows(P[2:3]), [5], [1], _Rows(Q[2:3]), SamplingParams(temperature=1.0)), rejected=0)
+    assert alone.eta_fp == 0 and alone.tv_drift == pytest.approx(0.1, abs=1e-6)
+    # temperature 2 (p^(1/2) normalised) and top-k: the sampler's own transform
+    half = [0.5 * np.abs(np.sqrt(p) / np.sqrt(p).sum() - np.sqrt(q) / np.sqrt(q).sum()).sum()
+            for p, q in zip(P, Q, strict=True)]
+    t2 = quality.sampled_tv(np.log(P), np.log(Q), SamplingParams(temperature=2.0))
+    assert t2 == pytest.approx(half)
+    topk = SamplingParams(temperature=0.7, top_k=2, top_p=0.9)
+    want = [total_variation(distribution(np.log(p), topk), distribution(np.log(q), topk))
+            for p, q in zip(P, Q, strict=True)]
+    assert quality.sampled_tv(np.log(P), np.log(Q), topk) == pytest.approx(want)
+    # several runs: token-weighted, from the stored per-token values
+    import dataclasses
+
+    tot = quality.tv_totals([dataclasses.asdict(fp1), dataclasses.asdict(alone)])
+    assert tot["tokens"] == 5 and not tot["greedy"]
+    assert tot["tv_drift"] == pytest.approx((0.3 + 0.1 + 0.1) / 5, abs=1e-6)
+
+
+def test_bench_runs_at_temperature_one(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    specs = runner.expand_methods(["sprinter"], [0.5])
+    cfg = runner.RunConfig(max_tokens=12, temperature=1.0, warmup=False)
+    bench = runner.Runner(fixture_engine, specs, cfg)
+    records = bench.run([BenchPrompt("chat/t1", "Write a haiku about the sea.")])
+    rows = summary.summarize(records, specs)
+    row = next(r for r in rows if r["kind"] == "sprinter")
+    fp = next(r for r in records if r.method == row["method"]).false_pass
+    assert fp is not None and fp["sampling"] == {"temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                                                 "greedy": False}
+    pt = fp["per_token"]
+    assert all(0 <= t <= 1 for t in pt["tv"]) and len(pt["tv"]) == fp["tokens"]
+    assert row["tv_drift"] == pytest.approx(sum(k * t for k, t in zip(pt["kept"], pt["tv"], strict=True))
+                                            / fp["tokens"])
+    assert row["tv_drift"] <= row["mean_tv"] + 1e-12
+    assert row["eta_fp_x_p_differs"] is None  # greedy only

@@ -1,5 +1,19 @@
 """Quality measures: HumanEval pass@1, agreement with the target's greedy output, the
-target's log-probability of what was generated, and SPRINTER's measured false-pass rate.
+target's log-probability of what was generated, and SPRINTER's measured false-pass rate and
+drift from the target.
+
+SPRINTER's drift. The verifiers scored here (the confidence rule and the shipped ONNX
+verifier) read the draft's logits or hidden state at the context, not the sampled token, so at
+each context the verifier's decision `pass` is fixed before the token is drawn and SPRINTER's
+next token is distributed as pass * q + (1 - pass) * p, with p and q the target's and the
+draft's next-token distributions after the run's sampling transform (temperature, top-k,
+top-p; greedy: the one-hot argmax). Its distance from the target's next-token distribution is
+1[pass] * TV(p, q). The bench reports the mean of that over the generated tokens (`tv_drift`),
+with TV(p, q) at the settings the run used (greedy: TV = 1[argmax_p != argmax_q]), and `pass`
+observed as the token's origin being `kept`. Only under greedy decoding does this equal a
+false-pass rate times something: there the mean of 1[pass] * 1[argmax differs] is
+P(pass | argmax differs) * P(argmax differs), i.e. eta_FP * P(argmax differs) when eta_FP is
+measured on the same positions. At temperature > 0 a verifier with eta_FP = 0 still drifts.
 
 Nothing here runs inside a timed decode loop, and no numpy call here goes through BLAS
 (no dot/matmul): a BLAS call wakes OpenBLAS threads that spin and steal llama.cpp's cores.
@@ -20,13 +34,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..backend.llama import common_prefix
 from ..decoding.base import Origin
+from ..decoding.sampling import SamplingParams, distribution
+from ..numerics import total_variation
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +172,16 @@ def check_humaneval(problem: dict, completion: str, timeout: float = 10.0) -> Ex
 
 @dataclass
 class TokenScores:
-    """Per generated token: the target's log-prob, whether it is the target's greedy
-    choice (the label), and TV(p, q) of the two models' distributions (temperature 1)."""
+    """Per generated token: the target's log-prob (temperature 1), whether the token is the
+    target's greedy choice (the greedy label), and, when the draft was scored too, TV(p, q)
+    of the two models' next-token distributions at the sampling settings of the run (greedy:
+    1[argmax differs]) and whether the two models' argmax differ."""
 
     logprob: np.ndarray
     greedy: np.ndarray  # bool
     tv: np.ndarray | None = None
+    argmax_differs: np.ndarray | None = None  # bool
+    sampling: SamplingParams | None = None  # the settings tv was computed at
 
 
 def _rows(model: object, prompt: list[int], tokens: list[int]) -> np.ndarray:
@@ -176,42 +196,120 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
-def score_tokens(target: object, prompt: list[int], tokens: list[int],
-                 draft: object | None = None) -> TokenScores | None:
-    """Score generated tokens with the target (and the draft for TV) in one call each.
+def _softmax_rows(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
 
-    The rows come from one batch, so llama.cpp's batch-dependent kernels can move a
-    near-tie by a little against token-by-token decoding."""
+
+def sampled_tv(p_logits: np.ndarray, q_logits: np.ndarray, sampling: SamplingParams,
+               chunk: int = 32) -> np.ndarray:
+    """TV(p, q) per row, p and q the distributions the sampler draws from for these logits
+    (`decoding.sampling.distribution`: temperature, top-k, top-p); greedy (temperature 0 or
+    top-k 1): one-hot argmax, so TV = 1[argmax differs]. Elementwise numpy only (no BLAS);
+    plain temperature is done a few rows at a time to bound memory."""
+    p_logits = np.asarray(p_logits)
+    q_logits = np.asarray(q_logits)
+    if sampling.greedy:
+        return (p_logits.argmax(axis=1) != q_logits.argmax(axis=1)).astype(np.float64)
+    if sampling.top_k == 0 and sampling.top_p >= 1.0:
+        out = np.empty(len(p_logits))
+        for s in range(0, len(p_logits), chunk):
+            p = _softmax_rows(p_logits[s : s + chunk].astype(np.float64) / sampling.temperature)
+            q = _softmax_rows(q_logits[s : s + chunk].astype(np.float64) / sampling.temperature)
+            out[s : s + chunk] = 0.5 * np.abs(p - q).sum(axis=1)
+        return out
+    return np.array([total_variation(distribution(a, sampling), distribution(b, sampling))
+                     for a, b in zip(p_logits, q_logits, strict=True)])
+
+
+def score_tokens(target: object, prompt: list[int], tokens: list[int],
+                 draft: object | None = None, sampling: SamplingParams | None = None) -> TokenScores | None:
+    """Score generated tokens with the target (and the draft, for TV) in one call each.
+
+    `sampling`: the settings the run was generated with (default: greedy); TV(p, q) is
+    computed after that transform. The rows come from one batch, so llama.cpp's
+    batch-dependent kernels can move a near-tie by a little against token-by-token decoding."""
+    sampling = sampling if sampling is not None else SamplingParams()
     n_batch = min(getattr(target, "n_batch", 512), getattr(draft, "n_batch", 512) if draft else 512)
     if not tokens or len(tokens) + 1 > n_batch:
         return None
-    lp = _log_softmax(_rows(target, prompt, tokens).astype(np.float64))
+    t_logits = _rows(target, prompt, tokens)
+    lp = _log_softmax(t_logits.astype(np.float64))
     idx = np.asarray(tokens)
     logprob = lp[np.arange(len(tokens)), idx]
-    greedy = lp.argmax(axis=1) == idx
-    tv = None
-    if draft is not None:
-        lq = _log_softmax(_rows(draft, prompt, tokens).astype(np.float64))
-        tv = 0.5 * np.abs(np.exp(lp) - np.exp(lq)).sum(axis=1)
-    return TokenScores(logprob, greedy, tv)
+    t_argmax = lp.argmax(axis=1)
+    greedy = t_argmax == idx
+    del lp
+    if draft is None:
+        return TokenScores(logprob, greedy)
+    d_logits = _rows(draft, prompt, tokens)
+    differs = t_argmax != np.asarray(d_logits).argmax(axis=1)
+    tv = sampled_tv(t_logits, d_logits, sampling)
+    return TokenScores(logprob, greedy, tv, differs, sampling)
 
 
 @dataclass
 class FalsePass:
-    """SPRINTER's verifier judged against the greedy label on the tokens it kept."""
+    """SPRINTER's verifier on one run: its false passes against the greedy label, and the
+    run's drift from the target at the sampling settings used (see the module docstring).
+
+    `per_token` holds the raw numbers every figure here is computed from, one entry per
+    generated token: kept (1 = passed by the verifier), tv (TV(p, q) at `sampling`),
+    greedy (1 = the token is the target's argmax), argmax_differs (1 = the two models' argmax
+    differ). tv_drift = mean(kept * tv); eta_fp = sum(kept * (1 - greedy)) /
+    (that + rejected)."""
 
     kept: int
     false_pass: int  # kept tokens that are not the target's greedy choice
     rejected: int  # draft tokens the target replaced in a catch-up
-    eta_fp: float  # false passes / (false passes + rejections): P(pass | label 0)
-    mean_tv: float  # mean TV(p, q) over the generated positions
-    tv_bound: float  # eta_fp * mean_tv: the bound on TV(p, p_sprinter)
+    eta_fp: float  # false passes / (false passes + rejections): P(pass | label 0), greedy label
+    tokens: int  # generated tokens scored
+    tv_drift: float | None  # mean over tokens of 1[kept] * TV(p, q) at `sampling`
+    mean_tv: float | None  # mean TV(p, q) at `sampling` (the draft alone would drift this much)
+    p_argmax_differs: float | None  # share of tokens whose target and draft argmax differ
+    sampling: dict = field(default_factory=dict)  # temperature, top_k, top_p, greedy
+    per_token: dict = field(default_factory=dict)
 
 
 def false_pass(origins: Sequence[Origin], scores: TokenScores, rejected: int) -> FalsePass:
-    kept_mask = np.array([o == Origin.KEPT for o in origins[: len(scores.greedy)]], dtype=bool)
+    n = len(scores.greedy)
+    kept_mask = np.array([o == Origin.KEPT for o in origins[:n]], dtype=bool)
+    if len(kept_mask) < n:  # cannot happen for an engine run; be safe
+        kept_mask = np.concatenate([kept_mask, np.zeros(n - len(kept_mask), bool)])
     kept = int(kept_mask.sum())
     fp = int((kept_mask & ~scores.greedy).sum())
     eta = fp / (fp + rejected) if fp + rejected else 0.0
-    mean_tv = float(scores.tv.mean()) if scores.tv is not None and len(scores.tv) else 0.0
-    return FalsePass(kept, fp, rejected, eta, mean_tv, eta * mean_tv)
+    per_token: dict[str, list] = {"kept": kept_mask.astype(int).tolist(),
+                                  "greedy": scores.greedy.astype(int).tolist()}
+    drift = mean_tv = p_diff = None
+    sampling: dict = {}
+    if scores.tv is not None and n:
+        drift = float((kept_mask * scores.tv).mean())
+        mean_tv = float(scores.tv.mean())
+        per_token["tv"] = [round(float(v), 6) for v in scores.tv]
+        if scores.argmax_differs is not None:
+            p_diff = float(scores.argmax_differs.mean())
+            per_token["argmax_differs"] = scores.argmax_differs.astype(int).tolist()
+    if scores.sampling is not None:
+        sp = scores.sampling
+        sampling = {"temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+                    "greedy": sp.greedy}
+    return FalsePass(kept, fp, rejected, eta, n, drift, mean_tv, p_diff, sampling, per_token)
+
+
+def tv_totals(false_passes: Sequence[dict]) -> dict:
+    """Token-weighted figures over several runs' `FalsePass` dicts (as stored in bench.json):
+    tv_drift = sum(kept * tv) / tokens, mean_tv, p_argmax_differs, and whether every run was
+    greedy. None where a run lacks the draft's scores."""
+    n = sum(f["tokens"] for f in false_passes)
+    have = all("tv" in f.get("per_token", {}) for f in false_passes) and n > 0
+    out: dict = {"tokens": n, "greedy": all(f.get("sampling", {}).get("greedy", False)
+                                            for f in false_passes),
+                 "tv_drift": None, "mean_tv": None, "p_argmax_differs": None}
+    if have:
+        pt = [f["per_token"] for f in false_passes]
+        out["tv_drift"] = sum(k * t for d in pt for k, t in zip(d["kept"], d["tv"], strict=True)) / n
+        out["mean_tv"] = sum(sum(d["tv"]) for d in pt) / n
+        if all("argmax_differs" in d for d in pt):
+            out["p_argmax_differs"] = sum(sum(d["argmax_differs"]) for d in pt) / n
+    return out

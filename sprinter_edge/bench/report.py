@@ -22,7 +22,23 @@ COLUMNS = (
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
     ("eta_fp", "eta_FP", "{:.3f}"),
-    ("tv_bound", "TV bound", "{:.3f}"),
+    ("tv_drift", "TV drift/tok", "{:.4f}"),
+    ("eta_fp_x_p_differs", "eta_FP x P(diff), greedy", "{:.4f}"),
+)
+
+# What the quality columns of SPRINTER rows mean (written under the table).
+COLUMN_HELP = (
+    "eta_FP: kept draft tokens that are not the target's greedy choice, over those plus the "
+    "draft tokens the target replaced (the greedy label, whatever the temperature). "
+    "TV drift/tok: mean over generated tokens of 1[kept] * TV(p, q), p and q the target's and the "
+    "draft's next-token distributions at the sampling settings of the run (greedy: one-hot argmax, "
+    "so TV = 1[argmax differs]), re-scored after the timed decode: the verifier's score does not "
+    "depend on the sampled token, so at each context SPRINTER samples from "
+    "pass * q + (1 - pass) * p and is 1[pass] * TV(p, q) away from the target. "
+    "eta_FP x P(diff), greedy: eta_FP times the share of tokens where the two models' argmax "
+    "differ; shown for greedy decoding only, where it estimates the same drift (at temperature > 0 "
+    "a verifier with eta_FP = 0 still drifts). Per-token raw values: runs[].false_pass.per_token "
+    "in bench.json."
 )
 
 
@@ -52,7 +68,7 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
              "time split: share of decode time in draft / target / verifier / other (prefill "
              "excluded). pred tok/s: the cost model from this machine's measured decode costs "
              "and the method's counters; flat-cost pred: speed vs ar if a batch cost one token.",
-             ""]
+             "", COLUMN_HELP, ""]
     if data.get("cost_model"):
         lines += ["## decode cost (ms per call)", "", cost_table(data["cost_model"]), ""]
     if data.get("notes"):

@@ -205,7 +205,8 @@ class Runner:
             rec.rouge_l = quality.rouge_l(rec.text, ref_text)
             rec.exact_match, rec.prefix_agreement = quality.token_agreement(rec.tokens, reference)
         draft = self.engine.draft if spec.engine_method == "sprinter" else None
-        scores = quality.score_tokens(self.engine.target, prompt, rec.tokens, draft)
+        scores = quality.score_tokens(self.engine.target, prompt, rec.tokens, draft,
+                                      SamplingParams(temperature=self.config.temperature))
         if scores is None:
             return
         rec.mean_logprob = float(scores.logprob.mean())

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..decoding.base import Stats
+from . import quality
 from .costmodel import CostModel
 from .runner import MethodSpec, RunRecord
 
@@ -65,17 +66,35 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         )
         fps = [r.false_pass for r in recs if r.false_pass is not None]
         if fps:
-            fp = sum(f["false_pass"] for f in fps)
-            rej = sum(f["rejected"] for f in fps)
-            eta = fp / (fp + rej) if fp + rej else 0.0
-            mean_tv = _mean([f["mean_tv"] for f in fps]) or 0.0
-            row.update(eta_fp=eta, false_passes=fp, mean_tv=mean_tv, tv_bound=eta * mean_tv)
+            row.update(_drift(fps, spec))
         rows.append(row)
     ar = next((r for r in rows if r["kind"] == "ar"), None)
     for r in rows:
         r["ratio_vs_ar"] = r["tokens_per_second"] / ar["tokens_per_second"] \
             if ar and ar["tokens_per_second"] else None
     return rows
+
+
+def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:
+    """eta_FP on the greedy label, and the drift from the target per token, over all runs
+    of a SPRINTER row (`quality.FalsePass`; token-weighted):
+
+    * tv_drift: mean of 1[kept] * TV(p, q), p and q at the sampling settings the runs used;
+    * eta_fp_x_p_differs: eta_FP * P(argmax differs), shown for greedy decoding only, where
+      it estimates the same quantity as tv_drift (P(pass | argmax differs) * P(argmax differs)).
+
+    The oracle verifier's score depends on the sampled token (it compares it with ar's
+    output), so the mixture argument behind tv_drift holds for it only under greedy decoding,
+    where the token is a function of the context: at temperature > 0 its drift is omitted."""
+    fp = sum(f["false_pass"] for f in fps)
+    rej = sum(f["rejected"] for f in fps)
+    eta = fp / (fp + rej) if fp + rej else 0.0
+    tot = quality.tv_totals(fps)
+    drift = tot["tv_drift"] if tot["greedy"] or spec.kind != "oracle" else None
+    p_diff = tot["p_argmax_differs"]
+    return {"eta_fp": eta, "false_passes": fp, "scored_tokens": tot["tokens"], "tv_drift": drift,
+            "mean_tv": tot["mean_tv"], "p_argmax_differs": p_diff,
+            "eta_fp_x_p_differs": eta * p_diff if tot["greedy"] and p_diff is not None else None}
 
 
 def _weighted(pairs: Sequence[tuple[float | None, int]]) -> float | None:
