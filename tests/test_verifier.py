@@ -20,12 +20,17 @@ from sprinter_edge.training.ship import train_and_export
 from sprinter_edge.training.train import TrainConfig
 from sprinter_edge.verifiers.base import DraftFeatures
 from sprinter_edge.verifiers.calibration import (
+    CalibrationRow,
     calibration_table,
+    drift_line,
+    table_from_json,
+    table_to_json,
     threshold_for_max_fp,
-    verifier_threshold_for_max_fp,
+    with_greedy_drift,
 )
 from sprinter_edge.verifiers.loading import resolve_verifier
 from sprinter_edge.verifiers.onnx import OnnxVerifier
+from sprinter_edge.verifiers.operating_point import OperatingPoint
 from sprinter_edge.verifiers.simple import Confidence
 
 N_PROMPTS = 9
@@ -225,10 +230,10 @@ def test_verifier_level_calibration(trained) -> None:
     path, result, _ = trained
     ver = OnnxVerifier(path)
     for fp in (0.1, 0.3, 0.6):
-        t = verifier_threshold_for_max_fp(ver, fp)
+        t = OperatingPoint(max_fp_rate=fp).resolve(ver)
         assert t == threshold_for_max_fp(result.table, fp)
     with pytest.raises(VerifierError, match="no calibration table"):
-        verifier_threshold_for_max_fp(Confidence(), 0.2)
+        OperatingPoint(max_fp_rate=0.2).resolve(Confidence())
 
 
 def test_cli_calibrate(trained, capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,6 +243,93 @@ def test_cli_calibrate(trained, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verifier", "calibrate", str(path), "--max-fp-rate", "0.3"]) == 0
     out = capsys.readouterr().out
     assert f"threshold (eta_FP <= 0.3): {threshold_for_max_fp(result.table, 0.3):g}" in out
-    assert "TV(p, p_sprinter) <= eta_FP * TV(p, q)" in out
+    assert "eta_FP * TV(p, q)" not in out and "TV bound" not in out
+    row = next(r for r in result.table if r.threshold == threshold_for_max_fp(result.table, 0.3))
+    assert f"greedy {row.drift_greedy:.4f}" in out and f"temperature 1 {row.drift_t1:.4f}" in out
     assert main(["verifier", "calibrate", str(path), "--preset", "quality", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["threshold"] == result.presets["quality"]
+
+
+def test_calibration_drift_columns_known_values() -> None:
+    scores = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    y = np.array([0, 0, 1, 0, 1])  # greedy label: 0 = the two models' argmax differ
+    tv = np.array([0.4, 0.2, 0.1, 0.3, 0.05])  # TV(p, q) at temperature 1
+    table = calibration_table(scores, y, argmax_differs=y == 0, tv=tv)
+    rows = {r.threshold: r for r in table}
+    # t = 0.32 passes tokens 2, 3, 4: one of them has differing argmax, out of 5 tokens
+    assert rows[0.32].drift_greedy == pytest.approx(1 / 5)
+    assert rows[0.32].drift_greedy == pytest.approx(rows[0.32].eta_fp * 3 / 5)  # eta_FP * P(differs)
+    assert rows[0.32].drift_t1 == pytest.approx((0.1 + 0.3 + 0.05) / 5)
+    # eta_FP = 0 at t = 0.72 (only label-1 token 4 passes), yet at temperature 1 it drifts
+    assert rows[0.72].eta_fp == 0 and rows[0.72].drift_greedy == 0
+    assert rows[0.72].drift_t1 == pytest.approx(0.05 / 5)
+    # every token passed: the draft alone
+    assert rows[0.02].drift_t1 == pytest.approx(tv.mean())
+    # JSON round trip; a table without the columns (older files) loads with them None
+    back = table_from_json(table_to_json(table))[15]
+    assert (back.drift_greedy, back.drift_t1) == (pytest.approx(0.2), pytest.approx(0.09))
+    bare = calibration_table(scores, y)
+    assert "drift_t1" not in table_to_json(bare)[0]
+    old = table_from_json([{"threshold": 0.5, "flag_rate": 0.2, "eta_fp": 0.3, "false_flag_rate": 0.1,
+                            "accuracy": 0.8}])
+    assert old[0].drift_greedy is None and old[0].drift_t1 is None
+    assert "not in this table" in drift_line(old[0])
+    # for a greedy-label table the greedy column follows from eta_FP and accuracy
+    filled = {r.threshold: r for r in with_greedy_drift(table_from_json(table_to_json(bare)))}
+    assert filled[0.32].drift_greedy == pytest.approx(1 / 5, abs=1e-5)
+    line = drift_line(rows[0.32], 0.2)
+    assert "greedy 0.2000" in line and "temperature 1 0.0900" in line
+    with pytest.raises(VerifierError, match="malformed"):
+        table_from_json([{"threshold": 0.5, "bogus": 1.0}])
+    assert isinstance(old[0], CalibrationRow)
+
+
+def test_trained_table_has_drift_columns(data_dir: Path, trained) -> None:
+    path, result, _ = trained
+    data, _ = load_data(data_dir)
+    _, _, te = split_by_prompt(data["prompt_index"], (0.6, 0.2, 0.2), 0)
+    differs = data["label_greedy"][te] == 0  # the collected token is the draft's argmax
+    tv = data["tv"][te].astype(np.float64)
+    assert result.tv_pq == pytest.approx(tv.mean())
+    for r in result.table:
+        passed = result.test_scores >= r.threshold
+        assert r.drift_greedy == pytest.approx((passed & differs).mean())
+        assert r.drift_t1 == pytest.approx((passed * tv).mean())
+        assert r.drift_greedy == pytest.approx(r.eta_fp * differs.mean())
+    loaded = OnnxVerifier(path).calibration
+    assert [r.drift_t1 for r in loaded] == pytest.approx([r.drift_t1 for r in result.table], abs=1e-6)
+
+
+def test_data_without_tv_trains_without_the_t1_column(data_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from sprinter_edge.training.train import table_markdown, train
+
+    old = tmp_path / "old"
+    old.mkdir()
+    shutil.copy(data_dir / "meta.json", old / "meta.json")
+    for shard in sorted(data_dir.glob("shard-*.npz")):
+        with np.load(shard) as z:
+            np.savez_compressed(old / shard.name, **{k: z[k] for k in z.files if k != "tv"})
+    data, _ = load_data(old)
+    assert "tv" not in data
+    result = train(data, TrainConfig(candidates=("logreg-maxprob",)))
+    assert result.tv_pq is None
+    assert all(r.drift_t1 is None and r.drift_greedy is not None for r in result.table)
+    assert "T=1" not in table_markdown(result.table)
+
+
+def test_shipped_verifier_table_loads_without_drift_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    from sprinter_edge.catalog.registry import load_registry
+    from sprinter_edge.cli import main
+
+    path = load_registry().pair("default").verifier_path()
+    if path is None or not Path(path).exists():
+        pytest.skip("no shipped verifier for the default pair")
+    ver = OnnxVerifier(path)
+    assert ver.calibration and ver.label_rule == "greedy"
+    filled = with_greedy_drift(ver.calibration)
+    assert all(r.drift_greedy is not None for r in filled)
+    assert main(["verifier", "calibrate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "drift from the target per token" in out and "TV bound" not in out

@@ -8,7 +8,13 @@ import time
 from pathlib import Path
 
 from ..errors import SprinterError
-from ..verifiers.calibration import PRESET_MAX_FP, row_at, threshold_for_max_fp, tv_bound_line
+from ..verifiers.calibration import (
+    PRESET_MAX_FP,
+    drift_line,
+    row_at,
+    threshold_for_max_fp,
+    with_greedy_drift,
+)
 from .common import add_hardware_args, add_model_args, engine_from
 
 
@@ -116,12 +122,12 @@ def run_train(args: argparse.Namespace) -> int:
     result, report = train_and_export(args.data, args.out, cfg, pair_name=pair_name)
     print(report_markdown(report))
     print()
-    print(table_markdown(result.table, result.tv_pq))
+    print(table_markdown(result.table))
     print()
     print(f"shipped {report['chosen']} -> {args.out} ({report['onnx_bytes']} bytes, ONNX parity "
           f"{report['onnx_parity_max_abs_diff']:.1e}); presets {result.presets}; "
           f"default threshold {result.default_threshold:g}")
-    print(tv_bound_line(row_at(result.table, result.default_threshold).eta_fp, result.tv_pq))
+    print(drift_line(row_at(result.table, result.default_threshold), result.tv_pq))
     if args.report:
         args.report.write_text(json.dumps(report, indent=2, default=float))
     return 0
@@ -146,22 +152,28 @@ def run_calibrate(args: argparse.Namespace) -> int:
         why = f"eta_FP <= {args.max_fp_rate:g}"
     elif args.preset is not None:
         chosen, why = ver.threshold_for(args.preset), f"preset {args.preset}"
-    row = row_at(ver.calibration, chosen)
+    # an older greedy-label table lacks drift_greedy: it follows from eta_FP and the label-0 share
+    table = with_greedy_drift(ver.calibration) if ver.label_rule == "greedy" else ver.calibration
+    row = row_at(table, chosen)
     if args.json:
         print(json.dumps({"threshold": chosen, "row": row.__dict__, "tv_pq": ver.tv_pq,
-                          "presets": ver.presets, "table": [r.__dict__ for r in ver.calibration]}))
+                          "presets": ver.presets, "table": [r.__dict__ for r in table]}))
         return 0
     print(f"verifier {path} ({ver.metadata.get('sprinter.model', '?')}, label {ver.label_rule}, "
           f"layout {'+'.join(ver.layout)})")
-    print("held-out prompts: threshold -> flag rate, eta_FP (wrong tokens passed), TV bound")
-    rows = ver.calibration if args.all else ver.calibration[4::5]
+    print("held-out prompts: threshold -> flag rate, eta_FP (wrong tokens passed, greedy label), "
+          "drift per token = mean of 1[pass] * TV(p, q) (greedy; temperature 1)")
+    rows = table if args.all else table[4::5]
     print(f"{'threshold':>9} {'flag rate':>9} {'eta_FP':>7} {'false flag':>10} {'accuracy':>8} "
-          f"{'TV bound':>9}")
-    tv = ver.tv_pq or float("nan")
+          f"{'drift greedy':>12} {'drift T=1':>9}")
     for r in rows:
         print(f"{r.threshold:9.2f} {r.flag_rate:9.3f} {r.eta_fp:7.3f} {r.false_flag_rate:10.3f} "
-              f"{r.accuracy:8.3f} {r.eta_fp * tv:9.4f}")
+              f"{r.accuracy:8.3f} {_opt(r.drift_greedy):>12} {_opt(r.drift_t1):>9}")
     print("presets: " + ", ".join(f"{k}={v:g}" for k, v in ver.presets.items()))
     print(f"threshold ({why}): {chosen:g}  -> flag rate {row.flag_rate:.3f}, eta_FP {row.eta_fp:.3f}")
-    print(tv_bound_line(row.eta_fp, ver.tv_pq))
+    print(drift_line(row, ver.tv_pq))
     return 0
+
+
+def _opt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"

@@ -8,7 +8,9 @@ thinks of the token:
 
 * `label_greedy`: draft argmax == target argmax (what greedy SPRINTER needs);
 * `label_paper`: q(x) <= p(x) at temperature 1 (the SPRINTER paper's label);
-* `tv`: TV(p, q) at that position, to estimate the TV bound eta_FP * TV(p, q).
+* `tv`: TV(p, q) at that position, both at temperature 1: the calibration table's drift
+  per token at threshold t is the mean of 1[score >= t] * tv (the greedy drift needs only
+  `label_greedy`, since the collected token is the draft's argmax).
 
 Data goes to compressed `.npz` shards (a few prompts each) plus `meta.json`; a shard that
 exists is skipped, so an interrupted or time-limited run resumes where it stopped.
@@ -41,6 +43,8 @@ LABEL_RULES = {
 # Arrays saved per token, in every shard.
 FIELDS = ("hidden", "max_prob", "entropy", "output_position", "run_position", "token",
           "target_token", "p_x", "q_x", "tv", "label_greedy", "label_paper", "prompt_index")
+# Fields a collection may lack (older or partial data): left out of `load_data` when any shard lacks them.
+OPTIONAL_FIELDS = ("tv",)
 
 
 @dataclass(frozen=True)
@@ -266,8 +270,14 @@ def load_data(data_dir: str | Path) -> tuple[dict[str, np.ndarray], dict[str, ob
     if not shards:
         raise SprinterError(f"no shards in {d}")
     parts: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
+    missing: set[str] = set()
     for s in shards:
         with np.load(s) as z:
             for f in FIELDS:
+                if f not in z.files and f in OPTIONAL_FIELDS:
+                    missing.add(f)
+                    continue
                 parts[f].append(z[f])
-    return {f: np.concatenate(v) for f, v in parts.items()}, meta
+    if missing:
+        log.warning("%s: some shards lack %s: left out", d, ", ".join(sorted(missing)))
+    return {f: np.concatenate(v) for f, v in parts.items() if f not in missing}, meta

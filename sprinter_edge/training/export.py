@@ -57,7 +57,7 @@ def to_onnx(pipeline: Pipeline, n_features: int, *, double: bool = False) -> Any
 def export(pipeline: Pipeline, path: str | Path, *, layout: tuple[str, ...], n_features: int,
            pair: dict[str, Any], label_rule: str, default_threshold: float,
            presets: dict[str, float], table: list[CalibrationRow], metrics: dict[str, Any],
-           tv_pq: float, extra: dict[str, str] | None = None, double: bool = False) -> Path:
+           tv_pq: float | None, extra: dict[str, str] | None = None, double: bool = False) -> Path:
     model = to_onnx(pipeline, n_features, double=double)
     props = {
         "sprinter.format": FORMAT,
@@ -69,9 +69,8 @@ def export(pipeline: Pipeline, path: str | Path, *, layout: tuple[str, ...], n_f
         "sprinter.preset_max_fp": json.dumps(PRESET_MAX_FP),
         "sprinter.calibration": json.dumps(table_to_json(table)),
         "sprinter.metrics": json.dumps(metrics, default=float),
-        "sprinter.tv_pq": f"{tv_pq:.6g}",
         "sprinter.output": "probabilities[:, 1] = P(accept): P(label 1)",
-    } | (extra or {})
+    } | ({"sprinter.tv_pq": f"{tv_pq:.6g}"} if tv_pq is not None else {}) | (extra or {})
     for k, v in props.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = k, v

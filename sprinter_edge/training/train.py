@@ -50,7 +50,7 @@ class TrainResult:
     table: list[CalibrationRow]
     presets: dict[str, float]
     default_threshold: float
-    tv_pq: float
+    tv_pq: float | None  # mean TV(p, q) at temperature 1 on the test prompts (None: not collected)
     report: dict[str, Any] = field(default_factory=dict)
 
 
@@ -107,9 +107,11 @@ def train(data: dict[str, np.ndarray], cfg: TrainConfig | None = None) -> TrainR
     trva = tr | va
     pipe = chosen.build(n_embd).fit(x[trva], y[trva])
     s_te = _scores(pipe, x[te])
-    table = calibration_table(s_te, y[te])
+    # the collected token is the draft's argmax, so label_greedy == 0 <=> the two models' argmax differ
+    tv_te = data["tv"][te] if "tv" in data else None
+    table = calibration_table(s_te, y[te], argmax_differs=data["label_greedy"][te] == 0, tv=tv_te)
     presets = presets_from_table(table)
-    tv = float(np.mean(data["tv"][te]))
+    tv = float(np.mean(tv_te)) if tv_te is not None and len(tv_te) else None
     shipped = summary(s_te, y[te])
     report = {
         "label": cfg.label,
@@ -150,10 +152,19 @@ def report_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def table_markdown(table: list[CalibrationRow], tv_pq: float, step: int = 5) -> str:
-    lines = ["| threshold | flag rate | eta_FP | false-flag rate | accuracy | TV bound eta_FP*TV(p,q) |",
-             "|---|---|---|---|---|---|"]
+def table_markdown(table: list[CalibrationRow], step: int = 5) -> str:
+    """The calibration table: eta_FP (greedy label) and the drift per token
+    (mean of 1[pass] * TV(p, q): greedy, and temperature 1 where the data holds TV)."""
+    t1 = any(r.drift_t1 is not None for r in table)
+    lines = ["| threshold | flag rate | eta_FP | false-flag rate | accuracy | drift/tok greedy"
+             + (" | drift/tok T=1 |" if t1 else " |"),
+             "|---|---|---|---|---|---|" + ("---|" if t1 else "")]
     for r in table[step - 1 :: step]:
-        lines.append(f"| {r.threshold:.2f} | {r.flag_rate:.3f} | {r.eta_fp:.3f} | {r.false_flag_rate:.3f} | "
-                     f"{r.accuracy:.3f} | {r.eta_fp * tv_pq:.4f} |")
+        cells = [f"{r.threshold:.2f}", f"{r.flag_rate:.3f}", f"{r.eta_fp:.3f}", f"{r.false_flag_rate:.3f}",
+                 f"{r.accuracy:.3f}", _opt(r.drift_greedy)] + ([_opt(r.drift_t1)] if t1 else [])
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _opt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
