@@ -1,7 +1,7 @@
 """The public Python API.
 
     from sprinter_edge import Engine, SamplingParams
-    engine = Engine.from_pair("default", method="sprinter")
+    engine = Engine.from_pair("default")  # method "auto": the fastest of ar/sd/sprinter here
     print(engine.generate("Write a Python function that reverses a string.").text)
     for chunk in engine.stream("Explain recursion.", SamplingParams(temperature=0.7, max_tokens=64)):
         print(chunk.text, end="", flush=True)
@@ -46,7 +46,7 @@ class Hardware:
                            n_gpu_layers=999 if layers < 0 else layers, n_batch=self.n_batch)
 
 
-DEFAULT_METHOD = "sprinter"
+DEFAULT_METHOD = "auto"
 
 
 @dataclass
@@ -179,6 +179,10 @@ class Engine:
                 self.target, draft, self.verifier if draft is not None else None,
                 self.threshold() if draft is not None else None, self.settings.run_cap)
         return self._planner
+
+    def set_planner(self, planner: Planner | None) -> None:
+        """Use this planner for `auto` (None: build one from this machine's costs again)."""
+        self._planner = planner
 
     @property
     def verifier(self) -> Verifier:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from ..decoding import METHODS
+from ..decoding import METHODS, get_strategy
 from ..errors import ContextOverflowError, SprinterError
 from ..serving.chat_session import ChatSession
 from ..verifiers.operating_point import OperatingPoint
@@ -201,7 +201,8 @@ class ChatRepl:
                 return None
             engine.set_operating_point(point)
             value = point.threshold
-            note = "" if engine.settings.method == "sprinter" else " (used by the sprinter method)"
+            uses = get_strategy(engine.settings.method).needs_verifier
+            note = "" if uses else " (used by the sprinter and auto methods)"
             self.say(f"threshold set to {value}{note}")
         else:
             self.say(f"unknown command {name!r}; type /help for the list")

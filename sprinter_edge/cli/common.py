@@ -39,8 +39,11 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--method", choices=METHODS, default=method_default,
-                   help="ar: target only; draft: draft only; sd: speculative decoding (lossless); "
-                        "sprinter: learned approximate verification. Default: %(default)s")
+                   help="auto: the fastest of ar, sd and sprinter on this machine, chosen from "
+                        "measured decode costs and re-checked as it runs (never meant to be slower "
+                        "than ar); ar: target only; draft: draft only; sd: speculative decoding "
+                        "(lossless); sprinter: approximate verification by the verifier. "
+                        "Default: %(default)s")
     g.add_argument("--max-tokens", type=int, default=SamplingParams.max_tokens,
                    help="new tokens at most (default: %(default)s)")
     g.add_argument("--temperature", type=float, default=SamplingParams.temperature,

@@ -111,16 +111,13 @@ class Auto(Strategy):
         best, why = planner.best()
         if best == plan or best.label == plan.label:
             return None
-        current = next((p for p in planner.plans() if p.label == plan.label), None)
-        if current is None:
-            return best, why
-        remaining = max(ctx.remaining, 0)
+        current_ms = planner.ms_of(plan)
         behind = 0
         if best.method != "ar" and ctx.draft is not None:
             behind = len(seq) - common_prefix(ctx.draft.tokens, seq)
-        gain_ms = (current.ms_per_token - best.ms_per_token) * remaining
+        gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
         if gain_ms <= planner.switch_ms(behind, to_draft=True) or \
-                best.ms_per_token > current.ms_per_token * (1 - SWITCH_GAIN):
+                best.ms_per_token > current_ms * (1 - SWITCH_GAIN):
             return None
         return best, f"switched from {plan.label}: {why}"
 

@@ -81,8 +81,15 @@ class Planner:
 
     # ------------------------------------------------------------------ predictions
     def _eff(self, method: str) -> float:
+        """Measured/predicted time of `method`; a draft method never run yet borrows what the
+        others showed (what misleads the cost model, batched target calls, is common to them)."""
         r = self.efficiency.get(method)
-        return r.value if r is not None else 1.0
+        if r is not None:
+            return r.value
+        if method == "ar":
+            return 1.0
+        seen = [v for k, v in self.efficiency.items() if k != "ar"]
+        return sum(v.value * v.weight for v in seen) / sum(v.weight for v in seen) if seen else 1.0
 
     def raw_ms(self, method: str, *, draft_len: int = 4, run_cap: int | None = 20) -> float:
         """Predicted decode milliseconds per generated token, from costs and acceptance."""
@@ -140,6 +147,10 @@ class Planner:
             return ar, why
         return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar "
                       f"({best.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tok/s)")
+
+    def ms_of(self, plan: Plan) -> float:
+        """Corrected ms per token of `plan` under what the planner knows now."""
+        return self.predicted(plan) * self._eff(plan.method)
 
     def predicted(self, plan: Plan) -> float:
         """Uncorrected ms per token of `plan` under the current acceptance estimates."""

@@ -1,0 +1,157 @@
+"""`auto`: the planner's choices from cost tables, and the strategy on the fixture pair.
+
+Planner tests use synthetic cost tables (what a GPU, a compute-bound CPU or a useless draft
+look like); engine tests run real decodes and check that switching plans mid-reply keeps
+the output exact (the fixture's kernels are batch-invariant, so greedy sd == ar exactly).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sprinter_edge import Engine, Hardware, SamplingParams
+from sprinter_edge.planning.costs import CostTable, machine_costs
+from sprinter_edge.planning.planner import Plan, Planner
+
+SIZES = (1, 2, 4, 8, 16, 24, 32)
+
+
+def table(single_ms: float, batch_factor: float) -> CostTable:
+    """c(n) = single * (1 + batch_factor * (n - 1)); all-rows calls cost 10% more."""
+    last = {n: single_ms * (1 + batch_factor * (n - 1)) for n in SIZES}
+    return CostTable(last=last, full={n: v * (1.1 if n > 1 else 1.0) for n, v in last.items()})
+
+
+def test_flat_batches_and_a_cheap_draft_pick_speculation() -> None:
+    # GPU-like: a batch costs about one token; the draft is 5x cheaper than the target
+    planner = Planner(table(30, 0.02), table(6, 0.02))
+    plan, why = planner.best()
+    assert plan.method in ("sd", "sprinter") and "x ar" in why
+    ar = next(p for p in planner.plans() if p.method == "ar")
+    assert plan.ms_per_token < 0.6 * ar.ms_per_token
+
+
+def test_compute_bound_batches_pick_ar() -> None:
+    # every extra token in a batch costs a full step: verifying never pays
+    planner = Planner(table(30, 1.0), table(10, 1.0))
+    plan, why = planner.best()
+    assert plan.method == "ar" and "not worth it" in why
+
+
+def test_a_draft_as_slow_as_the_target_picks_ar() -> None:
+    planner = Planner(table(30, 0.2), table(30, 0.2))
+    assert planner.best()[0].method == "ar"
+
+
+def test_no_draft_means_ar() -> None:
+    plan, why = Planner(table(30, 0.02), None).best()
+    assert plan.method == "ar" and why == "no draft model"
+
+
+def test_measured_slowness_moves_the_choice_to_ar() -> None:
+    planner = Planner(table(30, 0.05), table(6, 0.05))
+    first, _ = planner.best()
+    assert first.method != "ar"
+    # it ran 3x slower than predicted (threads fighting, say): the planner believes the clock
+    planner.observe_time(first, 200, 3 * planner.predicted(first) * 200 / 1e3)
+    assert planner.best()[0].method == "ar"
+
+
+def test_acceptance_evidence_changes_the_prediction() -> None:
+    planner = Planner(table(30, 0.1), table(6, 0.1), use_sprinter=False)
+    before = planner.raw_ms("sd", draft_len=4)
+    planner.observe_sd(accepted=10, rejected=290)  # the draft is almost always wrong here
+    assert planner.raw_ms("sd", draft_len=4) > before
+    assert planner.best()[0].method == "ar"
+
+
+def test_run_cap_bounds_the_candidates() -> None:
+    planner = Planner(table(30, 0.02), table(6, 0.02), max_run_cap=8)
+    caps = {p.run_cap for p in planner.plans() if p.method == "sprinter"}
+    assert caps and max(caps) == 8
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
+@pytest.fixture(scope="module")
+def engine(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory, monkeypatch_module):
+    monkeypatch_module.setenv("SPRINTER_EDGE_CACHE", str(tmp_path_factory.mktemp("cache")))
+    with Engine(fixture_target_path, fixture_draft_path, method="auto", verifier="confidence",
+                hardware=Hardware(n_ctx=1024, n_threads=1)) as eng:
+        yield eng.load()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_costs_are_measured_once_and_cached(engine: Engine) -> None:
+    first = machine_costs(engine.target)
+    again = machine_costs(engine.target)
+    assert first.to_dict() == again.to_dict()  # from the cache, not a second measurement
+    assert first.cost(1) > 0 and first.cost(8) >= first.cost(1)
+
+
+def test_auto_reports_its_plan(engine: Engine) -> None:
+    result = engine.generate("Name a fruit.", SamplingParams(max_tokens=12))
+    s = result.stats
+    assert s.method == "auto" and s.plan and s.plan_reason
+    assert s.to_dict()["plan"] == s.plan
+
+
+class Scripted(Planner):
+    """A planner that answers a fixed sequence of plans (to force switches)."""
+
+    def __init__(self, base: Planner, script: list[Plan]):
+        super().__init__(base.target, base.draft)
+        self.script = script
+        self.calls = 0
+
+    def best(self) -> tuple[Plan, str]:
+        plan = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        return plan, "scripted"
+
+    def ms_of(self, plan: Plan) -> float:
+        return plan.ms_per_token * 10  # whatever runs now looks slow: the next look switches
+
+
+def test_switching_plans_mid_reply_keeps_greedy_output_exact(engine: Engine) -> None:
+    prompt = "Write a short story about a lighthouse keeper."
+    ar = engine.generate(prompt, SamplingParams(max_tokens=80), method="ar")
+    # sd(k=3) -> ar -> sd(k=1) -> ar ...: each switch re-syncs the models' caches
+    script = [Plan("sd", 100.0, draft_len=3), Plan("ar", 100.0), Plan("sd", 100.0, draft_len=1),
+              Plan("ar", 100.0)]
+    engine.set_planner(Scripted(engine.planner(), script))
+    try:
+        auto = engine.generate(prompt, SamplingParams(max_tokens=80))
+    finally:
+        engine.set_planner(None)
+    assert auto.token_ids == ar.token_ids
+    assert auto.stats.plan_switches >= 2
+    assert auto.stats.accepted + auto.stats.resampled > 0  # sd really ran
+    assert auto.stats.target_sampled > 0  # and so did ar
+
+
+def test_auto_that_picks_ar_never_touches_the_draft(engine: Engine) -> None:
+    engine.set_planner(Scripted(engine.planner(), [Plan("ar", 1.0)]))
+    try:
+        engine.draft.reset()
+        result = engine.generate("Count to five.", SamplingParams(max_tokens=10))
+    finally:
+        engine.set_planner(None)
+    assert result.stats.draft_calls == 0 and result.stats.plan == "ar"
+    assert engine.draft.tokens == []  # not even a prefill: time to first token is ar's
+
+
+def test_auto_without_a_draft_is_ar(fixture_target_path: Path) -> None:
+    with Engine(fixture_target_path, None, method="auto",
+                hardware=Hardware(n_ctx=512, n_threads=1)) as eng:
+        result = eng.generate("Hi", SamplingParams(max_tokens=4))
+    assert result.stats.plan == "ar" and result.stats.draft_calls == 0
