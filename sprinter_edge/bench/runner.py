@@ -25,7 +25,7 @@ from .prompts import BenchPrompt
 
 log = logging.getLogger(__name__)
 
-ENGINE_METHODS = ("ar", "sd", "sprinter", "oracle", "draft")
+ENGINE_METHODS = ("ar", "auto", "sd", "sprinter", "oracle", "draft")
 PEER_METHODS = ("llama-cpp", "llama-cpp-draft")
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
 
@@ -204,12 +204,15 @@ class Runner:
         if reference is not None:
             rec.rouge_l = quality.rouge_l(rec.text, ref_text)
             rec.exact_match, rec.prefix_agreement = quality.token_agreement(rec.tokens, reference)
-        draft = self.engine.draft if spec.engine_method == "sprinter" else None
+        # tokens the target never saw (SPRINTER's, or auto's when it ran SPRINTER) need the
+        # draft's distribution too, for the drift and false-pass columns
+        unverified = any(o is Origin.KEPT for o in rec._origins)
+        draft = self.engine.draft if unverified else None
         scores = quality.score_tokens(self.engine.target, prompt, rec.tokens, draft,
                                       SamplingParams(temperature=self.config.temperature))
         if scores is None:
             return
         rec.mean_logprob = float(scores.logprob.mean())
         rec.greedy_agreement = float(scores.greedy.mean())
-        if st is not None and spec.engine_method == "sprinter":
+        if st is not None and unverified:
             rec.false_pass = dataclasses.asdict(quality.false_pass(rec._origins, scores, st.resampled))
