@@ -75,3 +75,18 @@ def test_hidden_states_do_not_make_prefill_pay_for_every_position(default_engine
     draft.rollback(len(tokens) - 1)
     plain = draft.sync(tokens, n_logits=1).logits[0]
     assert np.allclose(plain, out.logits[0], atol=1e-4)
+
+
+def test_default_draft_is_the_derived_q4_0(default_pair_paths: tuple[Path, Path]) -> None:
+    """The default draft is derived on the machine (~4 s) from the mirrored Q4_K_M, by the
+    registry's recipe (Q4_0, output head Q4_0), to the bytes measured on the project's machine."""
+    from sprinter_edge.catalog.registry import load_registry
+    from sprinter_edge.catalog.store import models_cache, sha256_file
+
+    spec = load_registry().pair("default").draft
+    assert spec.derived is not None and spec.derived.source.name == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert (spec.derived.ftype, spec.derived.output_tensor_type) == ("Q4_0", "Q4_0")
+    draft, _ = default_pair_paths
+    assert draft == models_cache() / "qwen2.5-coder-0.5b-instruct-q4_0-hq4.gguf"
+    assert draft.stat().st_size == 360_662_912
+    assert sha256_file(draft) == "0e453f0655205b749b4e5f471990d2380dba2ccb8ddc9f643af97184fb599694"
