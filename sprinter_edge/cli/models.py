@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="versions, CPU/GPU features, models, decode cost",
                        description="Print what a bug report needs: versions, llama.cpp system "
                                    "info, models found, and this machine's decode cost.")
-    p.add_argument("--pair", default="default", help="pair to time (default: %(default)s)")
+    p.add_argument("--pair", default="default",
+                   help="pair whose decode costs and `auto` plan to show (default: %(default)s)")
     p.add_argument("--no-timing", action="store_true", help="skip loading models and timing")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="time with every layer on the GPU")
@@ -149,22 +150,31 @@ def run_doctor(args: argparse.Namespace) -> int:
     except SprinterError as exc:
         print(f"  (no timing: {exc})")
         return 0
-    from ..backend.llama import LlamaModel, LoadOptions
-    from ..bench.costmodel import measure
+    from ..api import Engine, Hardware
+    from ..planning.planner import flat_copy
 
-    print(f"decode cost, pair {pair.name} (ms per call after a 64-token context, logits of the "
-          "last row; median of 3)")
-    for role, spec in (("draft", pair.draft), ("target", pair.target)):
-        st = status(spec)
-        if st.path is None:
-            print(f"  {role}: not present, run `sprinter-edge pull {pair.name}`")
-            continue
-        path = ensure_model(spec, download=False, progress=False)
-        opts = LoadOptions(n_ctx=512, n_threads=args.threads, n_gpu_layers=999 if args.gpu else 0)
-        with LlamaModel(path, opts) as model:
-            costs = measure(model, (1, 4, 16))
-        print(f"  {role:6} " + "  ".join(
-            f"batch {n}: {costs.last[n]:6.1f} ({costs.full[n]:.1f} all rows)"
-            for n in costs.last))
+    layers = -1 if args.gpu else 0
+    try:
+        engine = Engine.from_pair(pair.name, download=False, offline=True, progress=False, method="auto",
+                                  hardware=Hardware(n_threads=args.threads, n_ctx=512,
+                                                    draft_gpu_layers=layers, target_gpu_layers=layers))
+        planner = engine.planner()  # this machine's costs: from the cache, or measured now
+    except SprinterError as exc:
+        print(f"  (no timing: {exc}; run `sprinter-edge pull {pair.name}`)")
+        return 0
+    print(f"decode cost, pair {pair.name} (ms per call of n tokens after a 64-token context, last "
+          "row / all rows; measured once per machine, build, model and threads, then cached)")
+    for role, table in (("draft", planner.draft), ("target", planner.target)):
+        if table is not None:
+            print(f"  {role:6} " + "  ".join(f"{n}: {table.last[n]:.0f}/{table.full[n]:.0f}"
+                                             for n in sorted(table.last)))
+    plan, why = planner.best()
+    print(f"auto          runs {plan.label}: {why}")
+    for p in planner.plans()[:4]:
+        print(f"  {p.label:18} predicted {p.tokens_per_second:5.1f} tok/s")
+    gpu_like = flat_copy(planner)
+    flat, flat_why = gpu_like.best()
+    print(f"  where a batch costs one token (GPU, Apple Silicon), auto would run {flat.label}: {flat_why}")
+    engine.close()
     return 0
 

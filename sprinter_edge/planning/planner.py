@@ -189,6 +189,19 @@ class Planner:
                 "verifier_ms": round(self.verifier_ms, 3)}
 
 
+def flat_copy(planner: Planner) -> Planner:
+    """The same planner priced as if a decode call cost one token whatever its batch (a GPU or
+    Apple Silicon, roughly): what `auto` would do on such a machine with this pair."""
+    def flat(table: CostTable | None) -> CostTable | None:
+        if table is None:
+            return None
+        one = table.cost(1)
+        return CostTable(last=dict.fromkeys(table.last, one), full=dict.fromkeys(table.full, one))
+
+    return Planner(flat(planner.target), flat(planner.draft), planner.verifier_ms, planner.max_run_cap,
+                   planner.use_sprinter, planner.sd_accept, planner.flag_rate, planner.flagged_accept)
+
+
 def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold: float | None,
                  max_run_cap: int | None) -> Planner:
     """A planner for these loaded models: costs from the cache (or measured now), priors from
