@@ -6,6 +6,7 @@ test_batch_invariance below), so exactness here is exact, not approximate.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -199,26 +200,143 @@ def test_non_ascii_text_round_trips(fixture_engine: Engine) -> None:
     assert "\ufffd" not in result.text
 
 
+def _split_characters(model, token_ids: list[int]) -> set[int]:  # noqa: ANN001
+    """Character offsets of the decoded text where a token boundary falls inside the
+    character's UTF-8 bytes."""
+    data = b"".join(model.token_bytes(t) for t in token_ids)
+    boundaries, offset = set(), 0
+    for t in token_ids:
+        offset += len(model.token_bytes(t))
+        boundaries.add(offset)
+    split, pos = set(), 0
+    for i, ch in enumerate(data.decode("utf-8")):
+        size = len(ch.encode("utf-8"))
+        if any(pos < b < pos + size for b in boundaries):
+            split.add(i)
+        pos += size
+    return split
+
+
 def test_stop_string_cutting_a_multibyte_character(fixture_engine: Engine) -> None:
+    """A stop string made of a character whose bytes two tokens share: matched on decoded
+    text, never on bytes, and never leaving half a character behind."""
     engine = fixture_engine
     model = engine.target
-    # A continuation made of multi-byte characters: force it through the prompt and ask
-    # the model to repeat it; stop strings are matched on decoded text, never on bytes.
-    base = engine.generate("Repeat exactly: 東京東京東京東京", SamplingParams(max_tokens=24), method="ar")
-    assert base.text
-    stop = base.text[len(base.text) // 2 : len(base.text) // 2 + 1] or base.text[0]
-    cut = engine.generate("Repeat exactly: 東京東京東京東京", SamplingParams(max_tokens=24, stop=[stop]),
-                          method="ar")
+    prompt = "Repeat exactly: 東京東京東京東京"
+    base = engine.generate(prompt, SamplingParams(max_tokens=24), method="ar")
+    split = _split_characters(model, base.token_ids)
+    # the first split non-ASCII character after some text: the stop string
+    at = next(i for i in sorted(split) if i > 0 and not base.text[i].isascii())
+    stop = base.text[at]
+    assert not stop.isascii() and len(stop.encode("utf-8")) > 1
+    assert base.text.index(stop) == at  # the cut falls inside the split character
+    cut = engine.generate(prompt, SamplingParams(max_tokens=24, stop=[stop]), method="ar")
     assert cut.finish_reason == "stop"
-    assert stop not in cut.text
-    assert base.text.startswith(cut.text)
+    assert cut.text == base.text[:at]
     assert "\ufffd" not in cut.text
-    # streamed pieces join to the final text and never split a character
-    gen = engine.stream("Repeat exactly: 東京東京東京東京", SamplingParams(max_tokens=24, stop=[stop]),
-                        method="sd")
-    pieces = [c.text for c in gen]
-    assert "".join(pieces) == gen.result.text == cut.text
-    assert model is engine.target
+    # the tokens kept are those wholly before the cut: none carries a byte of the stop
+    data = [model.token_bytes(t) for t in base.token_ids]
+    keep = max(k for k in range(len(data) + 1) if cut.text.encode().startswith(b"".join(data[:k])))
+    assert cut.token_ids == base.token_ids[:keep] and len(cut.origins) == keep
+    assert stop.encode()[:1] in data[keep]  # the next token holds the stop's first byte
+    # streamed pieces join to the final text and tokens, and never split a character
+    gen = engine.stream(prompt, SamplingParams(max_tokens=24, stop=[stop]), method="sd")
+    chunks = list(gen)
+    assert "".join(c.text for c in chunks) == gen.result.text == cut.text
+    assert [t for c in chunks for t in c.token_ids] == gen.result.token_ids == cut.token_ids
+    assert all("\ufffd" not in c.text for c in chunks)
+
+
+def test_stop_string_trims_the_tokens(fixture_engine: Engine) -> None:
+    """After a stop-string cut, token_ids (and origins) hold only the tokens whose text lies
+    wholly before the cut: a token straddling the cut is dropped, its leading characters
+    stay in the text."""
+    engine = fixture_engine
+    model = engine.target
+    prompt = PROMPTS[0]
+    base = engine.generate(prompt, SamplingParams(max_tokens=40), method="ar")
+    pieces = [model.detokenize([t]) for t in base.token_ids]
+    starts = np.cumsum([0] + [len(p) for p in pieces])
+    assert model.detokenize(base.token_ids) == "".join(pieces) == base.text  # ASCII-clean reply
+    # a stop at a token boundary, and one starting inside a token of 3+ characters
+    j = next(i for i in range(4, len(pieces) - 1) if len(pieces[i].strip()) >= 3
+             and base.text.find(pieces[i][1:] + pieces[i + 1]) == starts[i] + 1)
+    cases = [(pieces[j] + pieces[j + 1], j, starts[j]),  # boundary: tokens 0..j-1 stay
+             (pieces[j][1:] + pieces[j + 1], j, starts[j] + 1)]  # inside token j: it goes
+    for stop, keep, at in cases:
+        assert base.text.find(stop) == at
+        for method in ("ar", "sd"):
+            params = SamplingParams(max_tokens=40, stop=[stop])
+            cut = engine.generate(prompt, params, method=method)
+            assert cut.finish_reason == "stop" and cut.text == base.text[:at], (method, stop)
+            assert cut.token_ids == base.token_ids[:keep], (method, stop)
+            assert len(cut.origins) == keep
+            assert stop not in model.detokenize(cut.token_ids)
+            assert cut.stats.new_tokens > keep  # the work done is still counted
+            gen = engine.stream(prompt, params, method=method)
+            chunks = list(gen)
+            assert [t for c in chunks for t in c.token_ids] == cut.token_ids
+            assert [o for c in chunks for o in c.origins] == cut.origins
+            assert "".join(c.text for c in chunks) == cut.text
+
+
+def test_length_cut_inside_a_character_drops_its_bytes(fixture_engine: Engine) -> None:
+    """A budget that ends in the middle of a multi-byte character: the text leaves the
+    character out (no U+FFFD); every generated token stays in token_ids."""
+    engine = fixture_engine
+    model = engine.target
+    prompt = "Translate to Japanese: I love Tokyo."
+    base = engine.generate(prompt, SamplingParams(max_tokens=16), method="ar")
+    # budgets after which the bytes so far end inside a character
+    inside = [n for n in range(1, len(base.token_ids) + 1)
+              if _incomplete(b"".join(model.token_bytes(t) for t in base.token_ids[:n]))]
+    assert inside, "the reply has no token boundary inside a character"
+    for n in inside[:3]:
+        data = b"".join(model.token_bytes(t) for t in base.token_ids[:n])
+        whole = data.decode("utf-8", errors="ignore")  # the complete characters
+        for method in ("ar", "sd"):
+            gen = engine.stream(prompt, SamplingParams(max_tokens=n), method=method)
+            chunks = list(gen)
+            result = gen.result
+            assert result.finish_reason == "length"
+            assert result.text == whole and "\ufffd" not in result.text, (n, method)
+            assert result.token_ids == base.token_ids[:n]
+            assert "".join(c.text for c in chunks) == result.text
+            assert [t for c in chunks for t in c.token_ids] == result.token_ids
+
+
+def _incomplete(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data"
+    return False
+
+
+def test_time_between_chunks_is_not_counted(fixture_engine: Engine) -> None:
+    """total_seconds times the engine's own work: a consumer that sleeps between chunks
+    does not lower tokens_per_second."""
+    engine = fixture_engine
+    params = SamplingParams(max_tokens=8)
+    for method in ("ar", "sprinter"):
+        gen = engine.stream(PROMPTS[2], params, method=method)
+        slept = 0.0
+        for _ in gen:
+            time.sleep(0.25)
+            slept += 0.25
+        s = gen.result.stats
+        assert slept >= 0.25 * 4
+        assert s.total_seconds < slept / 2, (method, s.total_seconds, slept)
+        assert s.decode_seconds >= s.draft_seconds + s.target_seconds + s.verifier_seconds
+    # and one that stops reading (closes the stream) is not charged for the wait either
+    gen = engine.stream(PROMPTS[2], SamplingParams(max_tokens=50), method="ar")
+    t0 = time.perf_counter()
+    next(iter(gen))
+    busy = time.perf_counter() - t0
+    time.sleep(1.0)
+    gen.close()
+    assert gen.result.finish_reason == "cancelled"
+    assert gen.result.stats.total_seconds < busy + 0.5
 
 
 def test_unknown_method_and_bad_threshold(fixture_engine: Engine) -> None:
@@ -237,6 +355,11 @@ def test_streaming_can_be_cancelled(fixture_engine: Engine) -> None:
             break
     gen.close()
     assert gen.result is not None and gen.result.finish_reason == "cancelled"
+    # closed before the first chunk: nothing decoded, still a result
+    idle = fixture_engine.stream(PROMPTS[3], SamplingParams(max_tokens=200), method="sprinter")
+    idle.close()
+    assert idle.result is not None and idle.result.finish_reason == "cancelled"
+    assert idle.result.token_ids == [] and idle.result.stats.new_tokens == 0
     # the next generation on the same models is unaffected
     again = fixture_engine.generate(PROMPTS[3], SamplingParams(max_tokens=12), method="ar")
     ref = fixture_engine.generate(PROMPTS[3], SamplingParams(max_tokens=12), method="sd")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import time
 from collections.abc import Iterator, Sequence
@@ -13,7 +14,12 @@ from .base import DecodeContext, Origin, Stats, Strategy
 
 @dataclass
 class Chunk:
-    """A piece of streamed output: the text that became final and the tokens behind it."""
+    """A piece of streamed output: the text that became final and the tokens behind it.
+
+    A token is streamed once all of its text is final (a token whose text could still turn
+    out to be the start of a stop string waits), so the chunks' `token_ids` join to the
+    result's `token_ids` and their `text` to its `text` (unless the stream is cancelled:
+    the result then also holds what was decoded but not yet streamed)."""
 
     text: str
     token_ids: list[int]
@@ -22,6 +28,21 @@ class Chunk:
 
 @dataclass
 class GenerationResult:
+    """A finished (or cancelled) generation.
+
+    `token_ids` and `origins` are the tokens behind `text`:
+    - after a stop-string cut (finish_reason "stop") they hold only the tokens whose text lies
+      entirely before the cut, so they never carry any part of the stop string. A token that
+      straddles the cut (its text begins before the stop string and runs into it) is dropped
+      too: its leading characters stay in `text`, and `text` then ends with characters no
+      token in `token_ids` accounts for; `detokenize(token_ids)` is then a prefix of `text`;
+    - when the budget ends the reply (finish_reason "length") in the middle of a multi-byte
+      character, the incomplete bytes are left out of `text` (never a U+FFFD) while the
+      tokens that carry them stay in `token_ids`: every token generated is there.
+    `stats.new_tokens` counts every token generated (the work done), including an end token
+    and the tokens trimmed by a stop cut, so it can exceed `len(token_ids)`.
+    """
+
     text: str
     token_ids: list[int]
     method: str
@@ -78,6 +99,12 @@ class Generation:
 
     def close(self) -> None:
         self._iter.close()
+        if self.result is None:  # closed before it started: nothing was decoded
+            stats = self.ctx.stats
+            stats.method, stats.prompt_tokens = self.strategy.name, len(self.prompt)
+            stats.finish_reason = "cancelled"
+            self.result = GenerationResult(text="", token_ids=[], method=self.strategy.name,
+                                           stats=stats, finish_reason="cancelled")
 
     def consume(self) -> GenerationResult:
         for _ in self:
@@ -89,9 +116,15 @@ class Generation:
         ctx, stats = self.ctx, self.ctx.stats
         stats.method = self.strategy.name
         stats.prompt_tokens = len(self.prompt)
-        t_start = time.perf_counter()
+        # The engine's own time only: the clock stops while a chunk is with the consumer
+        # (this generator is suspended at `yield`), so a slow reader does not lower tok/s.
+        t_start = t_resumed = time.perf_counter()
+        busy = 0.0
         token_ids: list[int] = []
         origins: list[Origin] = []
+        # reach[i]: characters of `text` that token i's bytes touch, counting a character the
+        # decoder still holds incomplete bytes of (reach is then one past the decoded text).
+        reach: list[int] = []
         text = ""
         emitted = 0  # characters of `text` already streamed
         sent_tokens = 0
@@ -121,28 +154,40 @@ class Generation:
                     stats.count(origin)
                     ctx.produced += 1
                     text += decoder.decode(self.text_model.token_bytes(token))
+                    reach.append(len(text) + (1 if decoder.getstate()[0] else 0))
                     if self.stop:
                         cut = _find_stop(text, self.stop, emitted)
                         if cut is not None:
                             text = text[:cut]
                             finish, done, cut_by_stop = "stop", True, True
+                            # keep only the tokens whose text lies wholly before the cut
+                            keep = bisect.bisect_right(reach, cut)
+                            del token_ids[keep:], origins[keep:], reach[keep:]
                             break
                     if ctx.produced >= ctx.max_new_tokens:
                         finish, done = "length", True
                         break
-                if done and not cut_by_stop:
+                if done and finish != "length" and not cut_by_stop:
+                    # an end token after incomplete bytes: show them as U+FFFD. A budget cut
+                    # inside a character drops its incomplete bytes instead.
                     text += decoder.decode(b"", final=True)
                 safe = len(text) if done else len(text) - _holdback(text, self.stop)
-                if safe > emitted or len(token_ids) > sent_tokens:
-                    yield Chunk(text[emitted:safe], token_ids[sent_tokens:],
-                                origins[sent_tokens:])
-                    emitted, sent_tokens = max(emitted, safe), len(token_ids)
+                ready = len(token_ids) if done else bisect.bisect_right(reach, safe)
+                if safe > emitted or ready > sent_tokens:
+                    chunk = Chunk(text[emitted:safe], token_ids[sent_tokens:ready],
+                                  origins[sent_tokens:ready])
+                    emitted, sent_tokens = max(emitted, safe), max(sent_tokens, ready)
+                    busy += time.perf_counter() - t_resumed
+                    try:
+                        yield chunk
+                    finally:  # also when the consumer closes the generator here
+                        t_resumed = time.perf_counter()
                 if done:
                     break
         finally:
             if steps is not None:
                 steps.close()
-            stats.total_seconds = time.perf_counter() - t_start
+            stats.total_seconds = busy + time.perf_counter() - t_resumed
             stats.finish_reason = finish
             self.result = GenerationResult(
                 text=text, token_ids=token_ids, method=self.strategy.name, stats=stats,
