@@ -1,20 +1,18 @@
-"""`sprinter-edge bench`: SPRINTER against ar, sd, the draft and llama.cpp, with quality."""
+"""`sprinter-edge bench`: SPRINTER against ar, sd, the draft and llama.cpp, with quality.
+
+Flags in, a `bench.results.BenchConfig` out; the benchmark itself lives in `bench/`."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import platform
 import shlex
 import sys
-import time
 from pathlib import Path
 
+from ..bench import costmodel
+from ..bench.results import DEFAULTS, QUICK, BenchConfig
+from ..errors import SprinterError
 from .common import add_hardware_args, add_model_args, engine_from
-
-DEFAULTS = dict(humaneval=12, chat=4, max_tokens=128)
-QUICK = dict(humaneval=1, chat=1, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,121 +69,60 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, ctx=2048)
 
 
-def _machine(threads: int | None) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    mem = ""
-    with contextlib.suppress(ValueError, OSError):
-        mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM"
-    cores = os.cpu_count()
-    desc = (f"{cpu}, {cores} cores{mem}, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, threads {threads or cores}")
-    return {"description": desc, "cpu": cpu, "cores": cores, "threads": threads or cores}
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    """The flags as a BenchConfig: explicit flags win over --quick, which wins over defaults."""
+    base = QUICK if args.quick else DEFAULTS
+    humaneval, chat, max_tokens = (getattr(args, k) if getattr(args, k) is not None else base[k]
+                                   for k in ("humaneval", "chat", "max_tokens"))
+    if args.thresholds.strip() == "presets":
+        thresholds = None
+    else:
+        try:
+            thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
+        except ValueError as exc:
+            raise SprinterError(f"--methods/--thresholds: {exc}") from None
+    sizes, repeats = (QUICK["sizes"], QUICK["repeats"]) if args.quick else (costmodel.SIZES, 3)
+    return BenchConfig(
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()], thresholds=thresholds,
+        humaneval=humaneval, chat=chat, prompt_file=args.prompts, max_tokens=max_tokens,
+        humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
+        cost_repeats=repeats, warmup=not args.no_warmup, peers=not args.no_peers,
+        threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
+        peer_ctx=min(args.ctx, 4096), pair=args.pair if not args.target else None,
+        command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import costmodel, peers, plot, prompts, report, runner, summary
-    from ..errors import SprinterError
+    from ..bench import report, results
 
-    base = QUICK if args.quick else DEFAULTS
-    n_he, n_chat, max_tokens = (getattr(args, k) if getattr(args, k) is not None else base[k]
-                                for k in ("humaneval", "chat", "max_tokens"))
-    sizes, repeats = (QUICK["sizes"], QUICK["repeats"]) if args.quick else (costmodel.SIZES, 3)
-    bench_prompts = prompts.humaneval_prompts(n_he) if n_he else []
-    bench_prompts += prompts.chat_prompts(n_chat) if n_chat else []
-    if args.prompts:
-        bench_prompts += prompts.load_prompt_file(args.prompts)
-    if not bench_prompts:
-        raise SprinterError("no prompts: use --humaneval N, --chat N or --prompts FILE")
-
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    notes: list[str] = []
-    if args.no_peers:
-        methods = [m for m in methods if m not in runner.PEER_METHODS]
-    elif any(m in runner.PEER_METHODS for m in methods):
-        why = peers.unavailable_reason()
-        if why:
-            notes.append(f"llama-cpp rows skipped: {why}")
-            methods = [m for m in methods if m not in runner.PEER_METHODS]
+    config = config_from(args)
+    bench_prompts = results.select_prompts(config)
     engine = engine_from(args, method="sd").load()
     try:
-        if args.thresholds.strip() == "presets":
-            thresholds = sorted(set(engine.verifier.presets.values())) if "sprinter" in methods else []
-        else:
-            thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
-        specs = runner.expand_methods(methods, thresholds)
-    except ValueError as exc:
-        raise SprinterError(f"--methods/--thresholds: {exc}") from None
-    verifier_name = engine.verifier.name if any(s.engine_method == "sprinter" for s in specs) else None
+        bench_plan = results.plan(engine, config, bench_prompts)
+        bar = None
+        if not args.no_progress:
+            from tqdm import tqdm
 
-    cost = None
-    if not args.no_cost_model:
-        print("measuring decode costs (batches " + ",".join(map(str, sizes)) + ")", file=sys.stderr)
-        cost = costmodel.CostModel(costmodel.measure(engine.target, sizes, repeats),
-                                   costmodel.measure(engine.draft, sizes, repeats))
+            bar = tqdm(total=bench_plan.runs, unit="run", file=sys.stderr)
 
-    cfg = runner.RunConfig(max_tokens=max_tokens, warmup=not args.no_warmup,
-                           humaneval_timeout=args.humaneval_timeout, threads=args.threads,
-                           draft_len=args.draft_len,
-                           peer_ctx=min(args.ctx, 4096))
-    bench = runner.Runner(engine, specs, cfg)
-    bar = None
-    if not args.no_progress:
-        from tqdm import tqdm
+        def progress(label: str) -> None:  # called after each run
+            if bar is not None:
+                bar.set_description(label[:40])
+                bar.update(1)
 
-        bar = tqdm(total=len(bench_prompts) * len(specs), unit="run", file=sys.stderr)
-
-    def progress(label: str) -> None:  # called after each run
-        if bar is not None:
-            bar.set_description(label[:40])
-            bar.update(1)
-
-    t0 = time.perf_counter()
-    try:
-        records = bench.run(bench_prompts, progress=progress)
+        try:
+            outcome = results.run(engine, config, bench_plan, progress=progress,
+                                  say=lambda line: print(line, file=sys.stderr))
+        finally:
+            if bar is not None:
+                bar.close()
+        draft = engine.draft_path.name if engine.draft_path else "-"
+        paths = results.write(outcome, args.out, title=f"target {engine.target_path.name}, draft {draft}")
     finally:
-        bench.close()
-        if bar is not None:
-            bar.close()
-    wall = time.perf_counter() - t0
-    if bench.interrupted:
-        notes.append("interrupted: only the prompts that finished are reported")
-    rows = summary.summarize(records, specs, cost)
-    if any(r.get("exact_match") is not None and r["kind"] in ("sd", "oracle", "llama-cpp",
-                                                             "llama-cpp-draft") for r in rows):
-        notes.append("sd, oracle and llama-cpp rows are meant to equal ar under greedy decoding; "
-                     "llama.cpp's CPU kernels are not batch-invariant (a batch of >= 4 tokens moves "
-                     "logits by up to ~0.6), so near-ties can flip and exact match can be < 1.")
-    if any(r["kind"] in runner.PEER_METHODS for r in rows):
-        notes.append("llama-cpp tok/s counts tokens after the first over the time after the first "
-                     "(prompt and first token excluded, as for the engine rows); its tokens are the "
-                     "re-tokenized text.")
-    data = {
-        "command": "sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "machine": _machine(args.threads),
-        "config": {"pair": args.pair if not args.target else None, "target": str(engine.target_path),
-                   "draft": str(engine.draft_path), "methods": [s.label for s in specs],
-                   "verifier": verifier_name, "run_cap": args.run_cap, "draft_len": args.draft_len,
-                   "max_tokens": max_tokens, "prompts": [p.id for p in bench_prompts],
-                   "wall_seconds": round(wall, 1)},
-        "cost_model": cost.to_dict() if cost else None,
-        "rows": rows, "notes": notes,
-        "runs": [r.to_dict() for r in records],
-    }
-    json_path, md_path = report.write_report(args.out, data, rows)
-    title = f"target {engine.target_path.name}, draft {engine.draft_path.name if engine.draft_path else '-'}"
-    png = plot.plot(rows, args.out / "bench.png", title=title)
-    engine.close()
-    print(report.markdown_table(rows))
-    for n in notes:
+        engine.close()
+    print(report.markdown_table(outcome.rows))
+    for n in outcome.notes:
         print(f"note: {n}")
-    print(f"wrote {json_path}, {md_path}, {png} ({wall:.0f} s)")
+    print(f"wrote {', '.join(map(str, paths))} ({outcome.wall_seconds:.0f} s)")
     return 0
-

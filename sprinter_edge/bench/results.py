@@ -1,0 +1,184 @@
+"""One benchmark from plan to files: which prompts and methods, the cost model, the runs,
+the machine they ran on, and the report data (bench.json, bench.md, bench.png).
+
+`select_prompts` and `plan` resolve what to run (the llama-cpp rows may be dropped, with a
+note), `run` measures and assembles everything `report` and `plot` write, `write` writes it. The CLI
+(`sprinter-edge bench`) only turns flags into a `BenchConfig` and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..api import Engine
+from ..errors import SprinterError
+from ..planning.costs import cpu_name
+from . import costmodel, peers, plot, prompts, report, runner, summary
+
+DEFAULTS = dict(humaneval=12, chat=4, max_tokens=128)
+QUICK = dict(humaneval=1, chat=1, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
+
+BATCH_NOTE = ("sd, oracle and llama-cpp rows are meant to equal ar under greedy decoding; llama.cpp's "
+              "CPU kernels are not batch-invariant (a batch of >= 4 tokens moves logits by up to ~0.6), "
+              "so near-ties can flip and exact match can be < 1.")
+PEER_TIMING_NOTE = ("llama-cpp tok/s counts tokens after the first over the time after the first "
+                    "(prompt and first token excluded, as for the engine rows); its tokens are the "
+                    "re-tokenized text.")
+
+
+@dataclass
+class BenchConfig:
+    """What to benchmark and how (the CLI's flags, resolved)."""
+
+    methods: Sequence[str] = ("ar", "sd", "sprinter", "oracle", "draft", "llama-cpp", "llama-cpp-draft")
+    thresholds: Sequence[float] | None = None  # sprinter rows; None: the verifier's presets
+    humaneval: int = DEFAULTS["humaneval"]  # the first N HumanEval problems
+    chat: int = DEFAULTS["chat"]  # built-in chat prompts
+    prompt_file: str | Path | None = None  # extra prompts
+    max_tokens: int = DEFAULTS["max_tokens"]
+    humaneval_timeout: float = 10.0
+    cost_sizes: Sequence[int] | None = costmodel.SIZES  # batch sizes to time; None: no cost model
+    cost_repeats: int = 3
+    warmup: bool = True
+    peers: bool = True  # the llama-cpp-python rows, when requested and available
+    threads: int | None = None
+    draft_len: int = 4
+    run_cap: int | None = 20
+    peer_ctx: int = 2048
+    pair: str | None = None  # the registered pair's name (None: local files)
+    command: str = ""  # the command line, for the report
+
+
+@dataclass
+class BenchPlan:
+    """The prompts and report rows one run goes through, and what was left out."""
+
+    prompts: list[prompts.BenchPrompt]
+    specs: list[runner.MethodSpec]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len(self.prompts) * len(self.specs)
+
+
+@dataclass
+class BenchOutcome:
+    data: dict  # everything bench.json holds
+    rows: list[dict]  # one per method (bench.md's table)
+    notes: list[str]
+    wall_seconds: float
+
+
+def machine(threads: int | None) -> dict:
+    """The machine the numbers were measured on, one line for the report."""
+    cpu = cpu_name()
+    mem = ""
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM"
+    cores = os.cpu_count()
+    desc = (f"{cpu}, {cores} cores{mem}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, threads {threads or cores}")
+    return {"description": desc, "cpu": cpu, "cores": cores, "threads": threads or cores}
+
+
+def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
+    chosen = prompts.humaneval_prompts(config.humaneval) if config.humaneval else []
+    chosen += prompts.chat_prompts(config.chat) if config.chat else []
+    if config.prompt_file:
+        chosen += prompts.load_prompt_file(config.prompt_file)
+    if not chosen:
+        raise SprinterError("no prompts: use --humaneval N, --chat N or --prompts FILE")
+    return chosen
+
+
+def plan(engine: Engine, config: BenchConfig,
+         bench_prompts: list[prompts.BenchPrompt] | None = None) -> BenchPlan:
+    """The prompts (default: `select_prompts`) and rows to run; the llama-cpp rows are
+    dropped (with a note) when llama-cpp-python cannot run them or `config.peers` is off."""
+    if bench_prompts is None:
+        bench_prompts = select_prompts(config)
+    methods = list(config.methods)
+    notes: list[str] = []
+    if not config.peers:
+        methods = [m for m in methods if m not in runner.PEER_METHODS]
+    elif any(m in runner.PEER_METHODS for m in methods):
+        why = peers.unavailable_reason()
+        if why:
+            notes.append(f"llama-cpp rows skipped: {why}")
+            methods = [m for m in methods if m not in runner.PEER_METHODS]
+    if config.thresholds is None:
+        thresholds = sorted(set(engine.verifier.presets.values())) if "sprinter" in methods else []
+    else:
+        thresholds = list(config.thresholds)
+    try:
+        specs = runner.expand_methods(methods, thresholds)
+    except ValueError as exc:
+        raise SprinterError(f"--methods/--thresholds: {exc}") from None
+    return BenchPlan(bench_prompts, specs, notes)
+
+
+def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
+        progress: Callable[[str], None] | None = None,
+        say: Callable[[str], None] = lambda _: None) -> BenchOutcome:
+    """Measure the cost model (unless off), run every row on every prompt, summarise.
+    `progress` is called after each run with its label; `say` gets status lines."""
+    specs = bench_plan.specs
+    cost = None
+    if config.cost_sizes:
+        say("measuring decode costs (batches " + ",".join(map(str, config.cost_sizes)) + ")")
+        cost = costmodel.CostModel(costmodel.measure(engine.target, config.cost_sizes, config.cost_repeats),
+                                   costmodel.measure(engine.draft, config.cost_sizes, config.cost_repeats))
+    cfg = runner.RunConfig(max_tokens=config.max_tokens, warmup=config.warmup,
+                           humaneval_timeout=config.humaneval_timeout, threads=config.threads,
+                           draft_len=config.draft_len, peer_ctx=config.peer_ctx)
+    bench = runner.Runner(engine, specs, cfg)
+    t0 = time.perf_counter()
+    try:
+        records = bench.run(bench_plan.prompts, progress=progress)
+    finally:
+        bench.close()
+    wall = time.perf_counter() - t0
+    notes = list(bench_plan.notes)
+    if bench.interrupted:
+        notes.append("interrupted: only the prompts that finished are reported")
+    rows = summary.summarize(records, specs, cost)
+    notes += run_notes(rows)
+    verifier = engine.verifier.name if any(s.engine_method == "sprinter" for s in specs) else None
+    data = {
+        "command": config.command,
+        "machine": machine(config.threads),
+        "config": {"pair": config.pair, "target": str(engine.target_path),
+                   "draft": str(engine.draft_path), "methods": [s.label for s in specs],
+                   "verifier": verifier, "run_cap": config.run_cap, "draft_len": config.draft_len,
+                   "max_tokens": config.max_tokens, "prompts": [p.id for p in bench_plan.prompts],
+                   "wall_seconds": round(wall, 1)},
+        "cost_model": cost.to_dict() if cost else None,
+        "rows": rows, "notes": notes,
+        "runs": [r.to_dict() for r in records],
+    }
+    return BenchOutcome(data, rows, notes, wall)
+
+
+def run_notes(rows: Sequence[dict]) -> list[str]:
+    """What a reader of these rows needs to know to read them right."""
+    notes = []
+    if any(r.get("exact_match") is not None and r["kind"] in ("sd", "oracle", *runner.PEER_METHODS)
+           for r in rows):
+        notes.append(BATCH_NOTE)
+    if any(r["kind"] in runner.PEER_METHODS for r in rows):
+        notes.append(PEER_TIMING_NOTE)
+    return notes
+
+
+def write(outcome: BenchOutcome, out: Path, title: str) -> tuple[Path, Path, Path]:
+    """bench.json, bench.md and bench.png in `out`."""
+    json_path, md_path = report.write_report(out, outcome.data, outcome.rows)
+    png = plot.plot(outcome.rows, out / "bench.png", title=title)
+    return json_path, md_path, png
