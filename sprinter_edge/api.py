@@ -177,7 +177,8 @@ class Engine:
             draft = self.draft if self.draft_path is not None else None
             self._planner = make_planner(
                 self.target, draft, self.verifier if draft is not None else None,
-                self.threshold() if draft is not None else None, self.settings.run_cap)
+                self.threshold() if draft is not None else None, self.settings.run_cap,
+                self.pair.acceptance if self.pair is not None else None)
         return self._planner
 
     def set_planner(self, planner: Planner | None) -> None:

@@ -155,3 +155,34 @@ def test_auto_without_a_draft_is_ar(fixture_target_path: Path) -> None:
                 hardware=Hardware(n_ctx=512, n_threads=1)) as eng:
         result = eng.generate("Hi", SamplingParams(max_tokens=4))
     assert result.stats.plan == "ar" and result.stats.draft_calls == 0
+
+
+def test_cost_tables_are_made_monotone() -> None:
+    t = CostTable(last={1: 10.0, 4: 40.0, 5: 35.0, 8: 60.0}, full={1: 10.0, 4: 38.0, 5: 50.0, 8: 70.0})
+    t.make_monotone()
+    assert t.last == {1: 10.0, 4: 40.0, 5: 40.0, 8: 60.0}
+    assert t.full[4] == 40.0  # all rows never cheaper than the last row alone
+    assert all(t.cost(n) <= t.cost(n + 1) for n in range(1, 8))
+
+
+def test_pair_acceptance_priors_reach_the_planner(engine: Engine) -> None:
+    from sprinter_edge.catalog.registry import Acceptance
+    from sprinter_edge.planning.planner import make_planner
+
+    acc = Acceptance(sd_accept=0.9, flagged_accept=0.6, flag_rate={0.5: 0.05, 0.9: 0.15})
+    planner = make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20, acc)
+    assert planner.sd_accept.value == 0.9 and planner.flagged_accept.value == 0.6
+    assert planner.flag_rate.value == 0.15  # the nearest measured threshold
+    assert planner.verifier_ms > 0
+    # no pair measurements and an uncalibrated verifier: generic priors
+    assert make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20).flag_rate.value == 0.2
+
+
+def test_malformed_pair_acceptance_is_refused() -> None:
+    from sprinter_edge.catalog.registry import _parse_acceptance
+    from sprinter_edge.errors import RegistryError
+
+    with pytest.raises(RegistryError, match="acceptance"):
+        _parse_acceptance("p", {"sd_accept": 0.9, "flag_rate": {"0.5": 0.1}})
+    with pytest.raises(RegistryError, match=r"\[0, 1\]"):
+        _parse_acceptance("p", {"sd_accept": 1.5, "flagged_accept": 0.5, "flag_rate": {"0.5": 0.1}})

@@ -96,6 +96,34 @@ class Derivation:
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """How the pair's draft fares with its target, measured on-policy (priors for `auto`)."""
+
+    sd_accept: float  # P(the target accepts a drafted token) in sd
+    flagged_accept: float  # P(the target accepts a token SPRINTER sends it)
+    flag_rate: dict[float, float]  # verifier threshold -> share of scored draft tokens flagged
+
+    def flag_rate_at(self, threshold: float) -> float:
+        nearest = min(self.flag_rate, key=lambda t: abs(t - threshold))
+        return self.flag_rate[nearest]
+
+
+def _parse_acceptance(pair: str, data: dict | None) -> Acceptance | None:
+    if data is None:
+        return None
+    try:
+        acc = Acceptance(float(data["sd_accept"]), float(data["flagged_accept"]),
+                         {float(k): float(v) for k, v in data["flag_rate"].items()})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RegistryError(f"pair {pair!r}: malformed acceptance table ({exc}); it needs sd_accept, "
+                            "flagged_accept and flag_rate = {threshold = rate, ...}") from None
+    values = [acc.sd_accept, acc.flagged_accept, *acc.flag_rate.values()]
+    if not acc.flag_rate or not all(0 <= v <= 1 for v in values):
+        raise RegistryError(f"pair {pair!r}: acceptance rates must lie in [0, 1]")
+    return acc
+
+
+@dataclass(frozen=True)
 class PairSpec:
     name: str
     draft: ModelSpec
@@ -104,6 +132,7 @@ class PairSpec:
     description: str = ""
     verifier: str | None = None  # path relative to models/
     is_default: bool = False
+    acceptance: Acceptance | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def verifier_path(self) -> Path | None:
@@ -226,6 +255,7 @@ def parse_registry(data: dict) -> Registry:
                 description=p.get("description", ""),
                 verifier=p.get("verifier"),
                 is_default=name == default,
+                acceptance=_parse_acceptance(name, p.get("acceptance")),
             )
     except KeyError as exc:
         raise RegistryError(f"malformed registry: missing key {exc}") from None

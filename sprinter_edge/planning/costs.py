@@ -54,6 +54,16 @@ class CostTable:
         return cls(last={int(k): float(v) for k, v in data["last_row_ms"].items()},
                    full={int(k): float(v) for k, v in data["all_rows_ms"].items()})
 
+    def make_monotone(self) -> None:
+        """A call of more tokens (or more rows) never costs less: timing noise otherwise makes
+        a 5-token batch look cheaper than a 4-token one and misleads the planner."""
+        for table in (self.last, self.full):
+            top = 0.0
+            for n in sorted(table):
+                top = table[n] = max(table[n], top)
+        for n in self.full:
+            self.full[n] = max(self.full[n], self.last.get(n, 0.0))
+
 
 def _interp(table: dict[int, float], n: float) -> float:
     xs = sorted(table)
@@ -90,6 +100,7 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3) -> CostT
                 times.append((time.perf_counter() - t0) * 1e3)
             dest[n] = sorted(times)[len(times) // 2]
     model.rollback(0)
+    table.make_monotone()
     log.info("decode costs measured for %s", getattr(model, "path", model))
     return table
 
@@ -132,7 +143,9 @@ def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 
     if not refresh and path.is_file():
         try:
             data = json.loads(path.read_text())
-            return CostTable.from_dict(data["costs"])
+            table = CostTable.from_dict(data["costs"])
+            table.make_monotone()
+            return table
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring unreadable cost cache %s: %s", path, exc)
     log.info("measuring decode costs of %s (once for this machine, build and model)", model.path.name)

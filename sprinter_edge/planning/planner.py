@@ -203,20 +203,28 @@ def flat_copy(planner: Planner) -> Planner:
 
 
 def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold: float | None,
-                 max_run_cap: int | None) -> Planner:
-    """A planner for these loaded models: costs from the cache (or measured now), priors from
-    the verifier's calibration where it has one, the verifier's own cost timed here."""
+                 max_run_cap: int | None, acceptance: Any | None = None) -> Planner:
+    """A planner for these loaded models: costs from the cache (or measured now), the verifier's
+    own cost timed here, and acceptance priors from the best source there is: the pair's
+    on-policy measurements (`acceptance` in models/pairs.toml), else the verifier's calibration
+    table (off-policy: it flags more than SPRINTER's own runs do), else generic values."""
     from .costs import machine_costs
 
     planner = Planner(machine_costs(target), machine_costs(draft) if draft is not None else None,
                       max_run_cap=max_run_cap)
-    if draft is not None and verifier is not None:
-        planner.verifier_ms = time_verifier(verifier, draft)
-        rows = getattr(verifier, "calibration", None)
-        if rows and threshold is not None:
-            from ..verifiers.calibration import row_at
+    if draft is None or verifier is None:
+        return planner
+    planner.verifier_ms = time_verifier(verifier, draft)
+    rows = getattr(verifier, "calibration", None)
+    if acceptance is not None:
+        planner.sd_accept = Running(acceptance.sd_accept)
+        planner.flagged_accept = Running(acceptance.flagged_accept)
+        if threshold is not None:
+            planner.flag_rate = Running(max(acceptance.flag_rate_at(threshold), 0.01))
+    elif rows and threshold is not None:
+        from ..verifiers.calibration import row_at
 
-            planner.flag_rate = Running(max(row_at(rows, threshold).flag_rate, 0.01))
+        planner.flag_rate = Running(max(row_at(rows, threshold).flag_rate, 0.01))
     return planner
 
 
