@@ -16,7 +16,7 @@ from scipy import stats
 from sprinter_edge import Engine, OperatingPoint, SamplingParams
 from sprinter_edge.decoding.base import Origin
 from sprinter_edge.decoding.sampling import distribution
-from sprinter_edge.errors import ContextOverflowError, SprinterError
+from sprinter_edge.errors import ContextOverflowError, SettingsError, SprinterError
 from sprinter_edge.verifiers.simple import AlwaysFlag, NeverFlag, Oracle
 
 PROMPTS = (Path(__file__).parent / "data" / "prompts_equivalence.txt").read_text().splitlines()
@@ -48,29 +48,71 @@ def test_sd_greedy_is_token_identical_to_ar(fixture_engine: Engine) -> None:
 
 
 def _counters_add_up(result) -> None:  # noqa: ANN001
+    """Token counters and timers of a reply without stop strings."""
     s = result.stats
     produced = s.target_sampled + s.draft_sampled + s.kept + s.accepted + s.resampled + s.bonus
-    eog = 1 if result.finish_reason == "stop" and s.new_tokens == len(result.token_ids) + 1 else 0
-    assert produced == s.new_tokens
-    assert s.new_tokens == len(result.token_ids) + eog
-    assert s.draft_seconds + s.target_seconds + s.verifier_seconds + s.prefill_seconds <= s.total_seconds
+    eog = 1 if result.finish_reason == "stop" else 0  # the end token is counted, not kept
+    assert produced == s.new_tokens == len(result.token_ids) + eog == len(result.origins) + eog
+    for origin in Origin:
+        assert result.origins.count(origin) <= getattr(s, _COUNTER[origin])
+    # each model's time is there exactly when the model ran, and the timed parts are most of
+    # the total (the rest is the driver's own work: sampling, text, bookkeeping)
+    assert (s.target_seconds > 0) == (s.target_calls > 0)
+    assert (s.draft_seconds > 0) == (s.draft_calls > 0)
+    assert (s.verifier_seconds > 0) == (s.method == "sprinter" and s.kept + s.flags > 0)
+    timed = s.draft_seconds + s.target_seconds + s.verifier_seconds + s.prefill_seconds
+    assert 0.5 * s.total_seconds < timed <= s.total_seconds
+
+
+_COUNTER = {Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
+            Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus"}
+
+
+def _sd_rounds(origins: list[Origin]) -> list[list[Origin]]:
+    """An sd reply's tokens by round: accepted drafts, then a resampled or bonus token (the
+    last round may be cut short by the budget)."""
+    rounds: list[list[Origin]] = [[]]
+    for origin in origins:
+        rounds[-1].append(origin)
+        if origin in (Origin.RESAMPLED, Origin.BONUS):
+            rounds.append([])
+    return [r for r in rounds if r]
 
 
 @pytest.mark.parametrize("method", ["ar", "draft", "sd", "sprinter"])
 def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
-    result = fixture_engine.generate(PROMPTS[0], SamplingParams(max_tokens=40), method=method)
+    max_tokens = 40
+    result = fixture_engine.generate(PROMPTS[0], SamplingParams(max_tokens=max_tokens), method=method)
     _counters_add_up(result)
     s = result.stats
     if method == "ar":
         assert s.target_calls == s.new_tokens and s.draft_calls == 0
     if method == "draft":
-        assert s.target_calls == 0
+        assert s.target_calls == 0 and s.draft_calls == s.new_tokens
     if method == "sprinter":
         # every target call is one catch-up: one SD test each
         assert s.target_calls == s.sd_tests == s.accepted + s.resampled
         assert s.flags + s.cap_hits + s.eog_checks == s.sd_tests
+        assert s.draft_calls == s.draft_tokens == s.kept + s.sd_tests
     if method == "sd":
-        assert s.target_calls * fixture_engine.settings.draft_len >= s.draft_tokens
+        k = fixture_engine.settings.draft_len
+        assert result.finish_reason == "length"  # every round is in `origins`
+        rounds = _sd_rounds(result.origins)
+        assert s.target_calls == len(rounds)  # one target call a round
+        assert s.draft_calls == s.draft_tokens  # one draft call a drafted token
+        low = high = produced = 0
+        for r in rounds:
+            accepted = r.count(Origin.ACCEPTED)
+            assert r[:accepted] == [Origin.ACCEPTED] * accepted
+            drafts = min(k, max_tokens - produced)  # what the round may draft
+            if r[-1] is Origin.BONUS:  # every draft passed: exactly `accepted` were drafted
+                assert accepted == drafts
+                low, high = low + accepted, high + accepted
+            else:  # rejected (or cut by the budget) after `accepted`
+                assert accepted < drafts or r[-1] is Origin.ACCEPTED
+                low, high = low + len(r), high + drafts
+            produced += len(r)
+        assert low <= s.draft_tokens <= high
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.8, 7), (1.0, 11)])
@@ -184,11 +226,24 @@ def test_max_tokens_is_clamped_to_the_context(fixture_engine: Engine) -> None:
 
 
 def test_empty_prompt(fixture_engine: Engine) -> None:
-    result = fixture_engine.generate("", SamplingParams(max_tokens=6), method="sd", chat=False)
-    assert result.stats.prompt_tokens >= 1
-    assert result.finish_reason in ("length", "stop")
-    chat = fixture_engine.generate("", SamplingParams(max_tokens=6), method="sd")  # chat template wraps it
-    assert chat.stats.prompt_tokens > 1
+    engine = fixture_engine
+    with pytest.raises(SettingsError, match="empty"):
+        engine.generate([], SamplingParams(max_tokens=6), method="sd")
+    with pytest.raises(SettingsError, match="at least one message"):
+        engine.chat([], SamplingParams(max_tokens=6))
+    # empty raw text: the tokenizer's begin-of-sequence token alone is the prompt
+    raw = engine.generate("", SamplingParams(max_tokens=6), method="sd", chat=False)
+    assert engine.encode("", chat=False) == [engine.target.bos_id]
+    assert raw.stats.prompt_tokens == 1
+    # an empty chat message is a real prompt (the template's tokens), answered like any other
+    params = SamplingParams(max_tokens=6)
+    chat = engine.generate("", params, method="sd")
+    assert chat.stats.prompt_tokens > 1 and chat.token_ids
+    assert chat.token_ids == engine.generate("", params, method="ar").token_ids
+    for result in (raw, chat):
+        full = len(result.token_ids) == params.max_tokens
+        assert result.finish_reason == ("length" if full else "stop")
+        assert result.stats.new_tokens == len(result.token_ids) + (not full)
 
 
 def test_non_ascii_text_round_trips(fixture_engine: Engine) -> None:
