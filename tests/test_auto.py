@@ -186,3 +186,8 @@ def test_malformed_pair_acceptance_is_refused() -> None:
         _parse_acceptance("p", {"sd_accept": 0.9, "flag_rate": {"0.5": 0.1}})
     with pytest.raises(RegistryError, match=r"\[0, 1\]"):
         _parse_acceptance("p", {"sd_accept": 1.5, "flagged_accept": 0.5, "flag_rate": {"0.5": 0.1}})
+
+
+def test_time_to_first_token_is_reported(engine: Engine) -> None:
+    s = engine.generate("Name a colour.", SamplingParams(max_tokens=6), method="sd").stats
+    assert s.prefill_seconds < s.first_token_seconds <= s.total_seconds

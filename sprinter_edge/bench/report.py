@@ -9,6 +9,7 @@ from pathlib import Path
 COLUMNS = (
     ("method", "method", "{}"),
     ("tokens_per_second", "tok/s", "{:.2f}"),
+    ("ttft_seconds", "TTFT s", "{:.2f}"),
     ("ratio_vs_ar", "vs ar", "{:.2f}x"),
     ("predicted_tps", "pred tok/s", "{:.2f}"),
     ("predicted_ratio_flat", "flat-cost pred", "{:.2f}x"),

@@ -46,6 +46,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
             d = max(st.decode_seconds, 1e-9)
             row.update(
                 target_calls_per_token=st.target_calls_per_token, kept=st.kept,
+                ttft_seconds=st.first_token_seconds / len(stats),  # mean time to first token
                 kept_fraction=st.kept / max(1, st.new_tokens),
                 mean_run_length=st.mean_run_length if spec.engine_method == "sprinter" else None,
                 time_split={"draft": st.draft_seconds / d, "target": st.target_seconds / d,

@@ -63,6 +63,7 @@ class Stats:
     sd_tests: int = 0
     # wall time, seconds
     prefill_seconds: float = 0.0
+    first_token_seconds: float = 0.0  # time to first token: the prompt read and the first step
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     verifier_seconds: float = 0.0

@@ -144,6 +144,8 @@ class Generation:
             steps = self.strategy.run(ctx, self.prompt)
             done = False
             for step in steps:
+                if not stats.first_token_seconds:  # prompt read + first step, engine time only
+                    stats.first_token_seconds = busy + time.perf_counter() - t_resumed
                 for token, origin in step:
                     if self.text_model.is_eog(token):
                         stats.count(origin)  # the end token is generated work, not text
