@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .backend.llama import LlamaModel
-from .errors import SprinterError
+from .errors import SettingsError, SprinterError
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -18,7 +18,7 @@ def render_chat(model: LlamaModel, messages: Sequence[Message], *, add_generatio
 
     for m in messages:
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise SprinterError("each chat message needs a 'role' and a 'content'")
+            raise SettingsError("each chat message needs a 'role' and a 'content'")
     template = model.chat_template or _FALLBACK
     formatter = Jinja2ChatFormatter(
         template=template,
@@ -40,5 +40,5 @@ def prompt_tokens(model: LlamaModel, text: str, *, chat_rendered: bool) -> list[
     if not tokens:
         if model.bos_id >= 0:
             return [model.bos_id]
-        raise SprinterError("the prompt is empty")
+        raise SettingsError("the prompt is empty")
     return tokens
