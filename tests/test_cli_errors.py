@@ -137,7 +137,9 @@ def test_late_optional_import_is_one_line(monkeypatch: pytest.MonkeyPatch,
     """An optional import no subcommand checked up front still ends in one line."""
     import sprinter_edge.cli as cli
 
+    # an earlier test may have imported matplotlib.pyplot: block the submodule too
     monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     monkeypatch.setattr(cli, "build_parser", lambda: _parser_importing("matplotlib.pyplot"))
     assert cli.main([]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
