@@ -109,7 +109,7 @@ class Auto(Strategy):
     def _should_switch(ctx: DecodeContext, planner: Planner, plan: Plan,
                        seq: list[int]) -> tuple[Plan, str] | None:
         best, why = planner.best()
-        if best == plan or best.label == plan.label:
+        if best.label == plan.label:
             return None
         current_ms = planner.ms_of(plan)
         behind = 0

@@ -182,11 +182,6 @@ class Planner:
         table = self.draft if to_draft and self.draft is not None else self.target
         return table.cost(24) / 24 * tokens_behind if tokens_behind > 0 else 0.0
 
-    def describe(self) -> dict:
-        return {"sd_accept": round(self.sd_accept.value, 3), "flag_rate": round(self.flag_rate.value, 3),
-                "flagged_accept": round(self.flagged_accept.value, 3),
-                "efficiency": {k: round(v.value, 3) for k, v in self.efficiency.items()},
-                "verifier_ms": round(self.verifier_ms, 3)}
 
 
 def flat_copy(planner: Planner) -> Planner:
