@@ -36,7 +36,8 @@ PEER_TIMING_NOTE = ("llama-cpp tok/s counts tokens after the first over the time
 class BenchConfig:
     """What to benchmark and how (the CLI's flags, resolved)."""
 
-    methods: Sequence[str] = ("ar", "sd", "sprinter", "oracle", "draft", "llama-cpp", "llama-cpp-draft")
+    methods: Sequence[str] = ("ar", "auto", "sd", "sprinter", "oracle", "draft", "llama-cpp",
+                              "llama-cpp-draft")
     thresholds: Sequence[float] | None = None  # sprinter rows; None: the verifier's presets
     humaneval: int = DEFAULTS["humaneval"]  # the first N HumanEval problems
     chat: int = DEFAULTS["chat"]  # built-in chat prompts
@@ -150,7 +151,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
         notes.append("interrupted: only the prompts that finished are reported")
     rows = summary.summarize(records, specs, cost)
     notes += run_notes(rows)
-    verifier = engine.verifier.name if any(s.engine_method == "sprinter" for s in specs) else None
+    verifier = engine.verifier.name if any(s.uses_verifier for s in specs) else None
     data = {
         "command": config.command,
         "machine": machine(config.threads),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api import Engine
-from ..decoding import SamplingParams
+from ..decoding import SamplingParams, get_strategy
 from ..decoding.base import Origin, Stats
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
@@ -41,6 +41,11 @@ class MethodSpec:
     @property
     def engine_method(self) -> str:
         return "sprinter" if self.kind == "oracle" else self.kind
+
+    @property
+    def uses_verifier(self) -> bool:
+        """The row's method scores draft tokens (sprinter, oracle, auto)."""
+        return self.kind in ENGINE_METHODS and get_strategy(self.engine_method).needs_verifier
 
 
 def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None) -> list[MethodSpec]:

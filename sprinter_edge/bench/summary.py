@@ -48,7 +48,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
                 target_calls_per_token=st.target_calls_per_token, kept=st.kept,
                 ttft_seconds=st.first_token_seconds / len(stats),  # mean time to first token
                 kept_fraction=st.kept / max(1, st.new_tokens),
-                mean_run_length=st.mean_run_length if spec.engine_method == "sprinter" else None,
+                mean_run_length=st.mean_run_length if spec.uses_verifier else None,
                 time_split={"draft": st.draft_seconds / d, "target": st.target_seconds / d,
                             "verifier": st.verifier_seconds / d, "overhead": st.overhead_seconds / d},
             )

@@ -19,7 +19,7 @@ from .extras import require
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench", help="benchmark speed and quality of every decoding method",
-        description="Run ar, sd, sprinter (at several thresholds), oracle (sprinter with a "
+        description="Run ar, auto, sd, sprinter (at several thresholds), oracle (sprinter with a "
                     "perfect verifier), draft and llama-cpp-python (plain, and with its draft_model= "
                     "hook) on the same prompts, interleaved prompt by prompt; measure tokens/s, "
                     "target calls, time split, peak memory and quality (HumanEval pass@1, "
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_model_args(p)
     g = p.add_argument_group("what to run")
-    g.add_argument("--methods", default="ar,sd,sprinter,oracle,draft,llama-cpp,llama-cpp-draft",
-                   help="comma-separated: ar, sd, sprinter, oracle, draft, llama-cpp, "
+    g.add_argument("--methods", default="ar,auto,sd,sprinter,oracle,draft,llama-cpp,llama-cpp-draft",
+                   help="comma-separated: ar, auto, sd, sprinter, oracle, draft, llama-cpp, "
                         "llama-cpp-draft (ar always runs: it is the reference)")
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
