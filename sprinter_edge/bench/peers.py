@@ -128,7 +128,7 @@ class LlamaCppPeer:
                                     n_threads=n_threads) if draft else None
         self.llm = _llama(target, n_ctx, n_threads, draft_model=self.draft)
 
-    def generate(self, prompt: list[int], max_tokens: int) -> PeerRun:
+    def generate(self, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = ()) -> PeerRun:
         """Greedy completion of the prompt tokens, streamed to time the first token."""
         llm = self.llm
         t0 = time.perf_counter()
@@ -137,7 +137,7 @@ class LlamaCppPeer:
         finish = ""
         for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0,
                                            top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                                           stream=True):
+                                           stop=list(stop) or None, stream=True):
             if t_first is None:
                 t_first = time.perf_counter()
             choice = chunk["choices"][0]

