@@ -34,6 +34,10 @@ class LoadOptions:
     n_threads: int | None = None  # None: all cores
     n_gpu_layers: int = 0  # layers offloaded to Metal/CUDA (-1: all)
     n_batch: int = 512
+    # Weights read into memory instead of mapped from the file: measured 56 vs 70-77 ms per
+    # target step on a 2-core KVM guest (anonymous memory gets huge pages; a mapped file's
+    # pages can be reclaimed between calls and fault back in). Costs a read of the file at load.
+    use_mmap: bool = False
 
     def threads(self) -> int:
         return self.n_threads or max(1, os.cpu_count() or 1)
@@ -78,6 +82,7 @@ class LlamaModel:
 
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.options.n_gpu_layers
+        mparams.use_mmap = self.options.use_mmap
         if native.avoid_extra_buffers():
             # Native builds with AMX crash on the first decode on some Xeons.
             mparams.use_extra_bufts = False

@@ -131,7 +131,7 @@ def cost_key(model: Any) -> dict[str, Any]:
     return {"format": FORMAT, "llama_cpp": native.llama_cpp_version(), "build": native.system_info(),
             "cpu": cpu_name(), "machine": platform.machine(), "model": model.fingerprint(),
             "threads": opts.threads(), "gpu_layers": opts.n_gpu_layers, "n_batch": opts.n_batch,
-            "extra_buffers": not native.avoid_extra_buffers()}
+            "extra_buffers": not native.avoid_extra_buffers(), "mmap": opts.use_mmap}
 
 
 def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 2,
