@@ -29,3 +29,34 @@ def confidence(logits: np.ndarray) -> tuple[float, float]:
 def total_variation(p: np.ndarray, q: np.ndarray) -> float:
     """TV(p, q) = 1/2 sum |p - q| of two probability vectors."""
     return 0.5 * float(np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64)).sum())
+
+
+def token_features(logits: np.ndarray, token: int, temperature: float) -> tuple[float, float, float,
+                                                                                float, float]:
+    """What the draft's distribution says about one drafted token, cheaply (one pass over the
+    vocabulary at temperature 1, one more when sampling):
+
+    max probability, entropy (nats) and top-2 margin at temperature 1, then log q(x) and
+    q(x) / max q of the drawn token x at the sampling temperature (temperature 1 under greedy
+    decoding, where the drawn token is the argmax). Top-k / top-p are left out: they move
+    q(x) by a renormalising constant only."""
+    x = np.asarray(logits, dtype=np.float32)
+    best = int(np.argmax(x))
+    z = x - x[best]
+    z[best] = -np.inf  # the runner-up, without sorting the vocabulary
+    second = float(z.max()) if x.shape[0] > 1 else -np.inf
+    z[best] = 0.0
+    e = np.exp(z)
+    s = float(e.sum(dtype=np.float64))
+    e *= z
+    entropy = float(np.log(s) - e.sum(dtype=np.float64) / s)
+    max_prob = 1.0 / s
+    margin = max_prob * (1.0 - float(np.exp(second)))
+    zx = float(z[token])
+    if temperature > 0 and temperature != 1.0:
+        st = float(np.exp(z / np.float32(temperature)).sum(dtype=np.float64))
+        log_q = zx / temperature - float(np.log(st))
+    else:
+        log_q = zx - float(np.log(s))
+    ratio = float(np.exp(zx / temperature)) if temperature > 0 else float(np.exp(zx))
+    return max_prob, entropy, margin, log_q, ratio

@@ -1,10 +1,12 @@
-"""`sprinter-edge verifier collect|train|calibrate`: make and inspect a pair's verifier."""
+"""`sprinter-edge verifier collect|train|study|calibrate`: make, compare and inspect a pair's
+verifier."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import SprinterError
@@ -24,8 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     vsub = p.add_subparsers(dest="verifier_command", metavar="ACTION")
 
     c = vsub.add_parser("collect", help="run the pair on a prompt corpus and save training data",
-                        description="Greedy draft continuations + one target call per prompt; "
-                                    "saves .npz shards (resumable).")
+                        description="--policy draft-greedy: greedy draft continuations + one target "
+                                    "call per prompt. --policy sprinter: SPRINTER's own trajectories "
+                                    "(the pair's verifier at its balanced threshold) at each "
+                                    "--temperatures, every drafted token labelled by the target. "
+                                    "Saves .npz shards (resumable).")
     _collect_args(c)
     add_model_args(c)
     c.set_defaults(func=run_collect)
@@ -47,6 +52,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--report", type=Path, default=None, help="also write the full report as JSON here")
     t.add_argument("--split-seed", type=int, default=0, help="seed of the split by prompt")
     t.set_defaults(func=run_train)
+
+    s = vsub.add_parser("study", help="compare verifier candidates with the confidence rule at "
+                                      "equal target cost (on-policy data)",
+                        description="Splits on-policy data (`collect --policy sprinter`) by prompt "
+                                    "group, fits every candidate per temperature regime, replays "
+                                    "each along the collected trajectories with this machine's "
+                                    "target costs, and reports false passes at the confidence "
+                                    "rule's target milliseconds per token, with bootstrap "
+                                    "intervals over prompt groups, per domain; then per-domain "
+                                    "presets from the calibration groups checked on the test ones.")
+    s.add_argument("--data", type=Path, required=True, help="directory of on-policy shards")
+    s.add_argument("--out", type=Path, default=Path("verifier-study.json"),
+                   help="report JSON (default: %(default)s); a .md twin is written beside it")
+    s.add_argument("--candidates", default=None,
+                   help="comma-separated candidate names (default: all; see training/study.py)")
+    s.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
+    s.add_argument("--split-seed", type=int, default=0, help="seed of the split by group")
+    s.add_argument("--run-cap", type=int, default=16, help="run cap replayed (default: %(default)s)")
+    s.add_argument("--costs", choices=("machine", "reference"), default="machine",
+                   help="target cost per catch-up: this machine's measured table for the pair's "
+                        "target (cached; loads the target once) or the reference table in "
+                        "training/study.py (default: %(default)s)")
+    s.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
+                   help="skip the remaining candidates after this many minutes")
+    add_model_args(s)
+    add_hardware_args(s)
+    s.set_defaults(func=run_study)
 
     k = vsub.add_parser("calibrate", help="print a verifier's held-out calibration table and "
                                           "the threshold for an operating point",
@@ -77,6 +109,14 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="stop collecting after this many minutes (rerun to resume)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--policy", choices=("draft-greedy", "sprinter"), default="draft-greedy",
+                   help="whose trajectories: the draft's greedy continuation (default) or SPRINTER's "
+                        "own decoding (on-policy; what `verifier study` needs)")
+    p.add_argument("--temperatures", default="0,0.7",
+                   help="--policy sprinter: one trajectory per prompt at each of these sampling "
+                        "temperatures (default: %(default)s)")
+    p.add_argument("--run-cap", type=int, default=16,
+                   help="--policy sprinter: the decoder's run cap (default: %(default)s, auto's)")
     add_hardware_args(p)
     p.set_defaults(ctx=2048)
 
@@ -84,12 +124,28 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
 def _do_collect(args: argparse.Namespace, budget_s: float | None) -> None:
     from ..training.collect import CollectConfig, collect
     from ..training.corpus import load_corpus
+    from ..training.onpolicy import Behaviour
+    from ..verifiers.operating_point import OperatingPoint
 
     engine = engine_from(args, method="sd")
     corpus = load_corpus(args.prompts)
+    policy = getattr(args, "policy", "draft-greedy")
+    try:
+        temps = tuple(float(t) for t in args.temperatures.split(",") if t.strip())
+    except ValueError as exc:
+        raise SprinterError(f"--temperatures takes numbers like 0,0.7, not {args.temperatures!r}") from exc
+    if policy == "sprinter" and (not temps or any(t < 0 for t in temps)):
+        raise SprinterError("--temperatures needs one or more temperatures >= 0")
+    behaviour = None
+    if policy == "sprinter":
+        behaviour = Behaviour(engine.verifier, engine.threshold(OperatingPoint(preset="balanced")),
+                              args.run_cap)
     cfg = CollectConfig(max_new_tokens=args.max_new_tokens, shard_size=args.shard_size, seed=args.seed,
-                        limit=args.limit, time_budget_s=budget_s)
-    s = collect(engine.draft, engine.target, corpus, args.data, cfg, progress=not args.no_progress)
+                        limit=args.limit, time_budget_s=budget_s, policy=policy,
+                        temperatures=temps if policy == "sprinter" else (0.0,),
+                        run_cap=args.run_cap if policy == "sprinter" else CollectConfig.run_cap)
+    s = collect(engine.draft, engine.target, corpus, args.data, cfg, behaviour=behaviour,
+                progress=not args.no_progress)
     engine.close()
     print(f"collected {s.tokens} tokens from {s.prompts} prompts in {s.seconds:.0f} s "
           f"({s.shards_written} new shards, {s.shards_skipped} already there"
@@ -130,6 +186,37 @@ def run_train(args: argparse.Namespace) -> int:
     print(drift_line(row_at(result.table, result.default_threshold), result.tv_pq))
     if args.report:
         args.report.write_text(json.dumps(report, indent=2, default=float))
+    return 0
+
+
+def run_study(args: argparse.Namespace) -> int:
+    from ..training.collect import load_data
+    from ..training.study import StudyConfig, report_markdown, run_study
+
+    data, meta = load_data(args.data)
+    if "accept_prob" not in data:
+        raise SprinterError(f"{args.data} holds draft-greedy data: the study needs on-policy data "
+                            "(`sprinter-edge verifier collect --policy sprinter`)")
+    cost: Callable[[float], float] | None = None  # None: the study's reference table
+    if args.costs == "machine":
+        from ..planning.costs import machine_costs
+
+        engine = engine_from(args, method="ar")
+        table = machine_costs(engine.target)
+        engine.close()
+        def cost(n: float) -> float:  # a catch-up asks for two rows (flagged + bonus)
+            return table.cost(n, rows=2.0)
+    cfg = StudyConfig(seed=args.split_seed, cap=args.run_cap, cost=cost, n_boot=args.boot,
+                      candidates=tuple(args.candidates.split(",")) if args.candidates else None,
+                      time_budget_s=args.time_budget * 60 if args.time_budget else None, n_threads=None)
+    report = run_study(data, cfg)
+    report["data"] = {"dir": str(args.data), "behaviour": meta.get("behaviour"),
+                      "temperatures": meta.get("config", {}).get("temperatures")}  # type: ignore[union-attr]
+    args.out.write_text(json.dumps(report, indent=1))
+    md = report_markdown(report)
+    args.out.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"report: {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
 

@@ -47,6 +47,9 @@ class Sprinter(Strategy):
         assert verifier is not None
         sampler, stats, draft = ctx.sampler, ctx.stats, ctx.draft
         seq = list(prompt)
+        temperature = 0.0 if sampler.params.greedy else sampler.params.temperature
+        since_flag = 0  # run history a verifier may read: tokens drafted since the last flag,
+        last_outcome = 0  # and the last catch-up's test (0 none yet, 1 accepted, 2 rejected)
         while True:
             run = 0
             while True:  # draft until a token is flagged
@@ -62,25 +65,31 @@ class Sprinter(Strategy):
                     score = verifier.score(DraftFeatures(
                         hidden=out.hidden[0] if out.hidden is not None else None,
                         logits=logits, token=token, run_position=run,
-                        output_position=ctx.produced,
+                        output_position=ctx.produced, temperature=temperature,
+                        since_flag=since_flag, last_outcome=last_outcome,
                     ))
                     stats.verifier_seconds += time.perf_counter() - t0
                     if score >= ctx.threshold:
                         seq.append(token)
                         run += 1
+                        since_flag += 1
                         yield [(token, Origin.KEPT)]
                         continue
                     stats.flags += 1
-                elif at_cap:
-                    stats.cap_hits += 1
+                    since_flag = 0
                 else:
-                    stats.eog_checks += 1
+                    since_flag += 1
+                    if at_cap:
+                        stats.cap_hits += 1
+                    else:
+                        stats.eog_checks += 1
                 break
 
             # Catch-up: pending tokens + the flagged one, one target decode, last two rows.
             out = ctx.target_step(seq + [token], n_logits=2)
             stats.sd_tests += 1
             ok, replacement = sampler.verify(token, sampler.prepare(out.logits[0]), q)
+            last_outcome = 1 if ok else 2
             if not ok:
                 seq.append(replacement)
                 yield [(replacement, Origin.RESAMPLED)]

@@ -28,14 +28,18 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.llama import LlamaModel
+from ..decoding.sampling import SamplingParams
 from ..errors import SprinterError
 from ..numerics import confidence, softmax
 from ..prompting import prompt_tokens, render_chat
-from .corpus import Corpus, CorpusPrompt
+from . import onpolicy
+from .corpus import Corpus, CorpusPrompt, domain_of, prompt_groups
 
 log = logging.getLogger(__name__)
 
 FORMAT = "sprinter-edge-verifier-data-v1"
+FORMAT_ON_POLICY = "sprinter-edge-verifier-data-v2"
+POLICIES = ("draft-greedy", "sprinter")
 LABEL_RULES = {
     "greedy": "draft argmax == target argmax",
     "paper": "q(x) <= p(x), both at temperature 1 (SPRINTER paper)",
@@ -54,7 +58,9 @@ class CollectConfig:
     seed: int = 0  # prompt order
     limit: int | None = None  # prompts at most
     time_budget_s: float | None = None
-    run_cap: int = 20  # for the simulated run position
+    run_cap: int = 20  # for the simulated run position (on-policy: the decoder's run cap)
+    policy: str = "draft-greedy"  # or "sprinter": SPRINTER's own trajectories (`onpolicy`)
+    temperatures: tuple[float, ...] = (0.0,)  # on-policy: one trajectory per prompt at each
 
 
 @dataclass
@@ -95,12 +101,38 @@ def draft_greedy(draft: LlamaModel, prompt: list[int], max_new: int) -> tuple[li
             np.array(hidden_rows, np.float16).reshape(len(tokens), d))
 
 
-def prompt_record(draft: LlamaModel, target: LlamaModel, item: CorpusPrompt, index: int,
-                  cfg: CollectConfig) -> dict[str, np.ndarray] | None:
+def _chat_prompt(draft: LlamaModel, target: LlamaModel, item: CorpusPrompt,
+                 cfg: CollectConfig) -> list[int] | None:
     text = render_chat(target, [{"role": "user", "content": item.prompt}])
     prompt = prompt_tokens(target, text, chat_rendered=True)
     if len(prompt) + cfg.max_new_tokens + 2 > min(draft.n_ctx, target.n_ctx):
         log.warning("prompt %s too long for the context, skipped", item.id)
+        return None
+    return prompt
+
+
+def on_policy_record(draft: LlamaModel, target: LlamaModel, item: CorpusPrompt, index: int,
+                     group: int, cfg: CollectConfig,
+                     behaviour: onpolicy.Behaviour) -> dict[str, np.ndarray] | None:
+    """SPRINTER's trajectories on one prompt, one per temperature, concatenated."""
+    prompt = _chat_prompt(draft, target, item, cfg)
+    if prompt is None:
+        return None
+    parts = []
+    for t in cfg.temperatures:
+        params = SamplingParams(temperature=t, seed=onpolicy.prompt_seed(item.id, t))
+        rows = onpolicy.trajectory(draft, target, prompt, params, behaviour, cfg.max_new_tokens)
+        if rows:
+            parts.append(onpolicy.records(rows, prompt_index=index, group=group, domain=domain_of(item)))
+    if not parts:
+        return None
+    return {f: np.concatenate([p[f] for p in parts]) for f in onpolicy.FIELDS}
+
+
+def prompt_record(draft: LlamaModel, target: LlamaModel, item: CorpusPrompt, index: int,
+                  cfg: CollectConfig) -> dict[str, np.ndarray] | None:
+    prompt = _chat_prompt(draft, target, item, cfg)
+    if prompt is None:
         return None
     cont, q_logits, hidden = draft_greedy(draft, prompt, cfg.max_new_tokens)
     n = len(cont)
@@ -179,7 +211,7 @@ def _check_resume(out_dir: Path, meta: dict[str, object]) -> None:
         return
     old = json.loads(path.read_text())
     for key in ("format", "pair", "corpus", "corpus_digest", "config"):
-        if old.get(key) != meta.get(key):
+        if old.get(key) != json.loads(json.dumps(meta.get(key))):  # as written: tuples are lists
             raise SprinterError(
                 f"{out_dir} holds data collected with another {key}; use a new --out directory")
 
@@ -190,12 +222,23 @@ def _batches(items: list[CorpusPrompt], size: int) -> Iterator[tuple[int, list[C
 
 
 def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str | Path,
-            cfg: CollectConfig | None = None, *, progress: bool = True) -> CollectSummary:
-    """Collect shards into out_dir (resumable). Returns what was done."""
+            cfg: CollectConfig | None = None, *, behaviour: onpolicy.Behaviour | None = None,
+            progress: bool = True) -> CollectSummary:
+    """Collect shards into out_dir (resumable). Returns what was done.
+
+    `behaviour` (the verifier and threshold the trajectories are decoded with) is required
+    by the on-policy collection (`cfg.policy == "sprinter"`)."""
     from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 
     cfg = cfg or CollectConfig()
+    if cfg.policy not in POLICIES:
+        raise SprinterError(f"unknown collection policy {cfg.policy!r}; choose from {', '.join(POLICIES)}")
+    on_policy = cfg.policy == "sprinter"
+    if on_policy and behaviour is None:
+        raise SprinterError("the on-policy collection needs a behaviour verifier and threshold")
+    fields = onpolicy.FIELDS if on_policy else FIELDS
+    groups = prompt_groups(corpus.prompts)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     order = corpus.shuffled(cfg.seed)
@@ -203,18 +246,27 @@ def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str 
         order = order[: cfg.limit]
     index_of = {p.id: i for i, p in enumerate(corpus.prompts)}
     meta: dict[str, object] = {
-        "format": FORMAT,
+        "format": FORMAT_ON_POLICY if on_policy else FORMAT,
         "pair": pair_meta(draft, target),
         "corpus": corpus.name,
         "corpus_digest": corpus.digest(),
         "prompt_ids": [p.id for p in corpus.prompts],
         "config": asdict(cfg) | {"limit": None, "time_budget_s": None},
-        "sampling": {"draft": "greedy (temperature 0)", "probabilities": "temperature 1, full vocab"},
-        "fields": list(FIELDS),
+        "sampling": ({"trajectories": "SPRINTER decoding at each of config.temperatures (top-k, "
+                      "top-p off)", "probabilities": "at the sampling temperature (1 under greedy)"}
+                     if on_policy else
+                     {"draft": "greedy (temperature 0)", "probabilities": "temperature 1, full vocab"}),
+        "fields": list(fields),
         "hidden": {"dtype": "float16", "what": "draft final hidden state (after output norm) at the "
                    "position whose logits produced the token"},
         "label_rules": LABEL_RULES,
     }
+    if on_policy:
+        assert behaviour is not None
+        meta["behaviour"] = {"verifier": behaviour.verifier.name, "threshold": behaviour.threshold,
+                             "run_cap": behaviour.run_cap}
+        meta["prompts"] = [{"id": p.id, "category": p.category, "domain": domain_of(p), "group": g}
+                           for p, g in zip(corpus.prompts, groups, strict=True)]
     _check_resume(out, meta)
     _write_meta(out, meta)
     summary = CollectSummary()
@@ -233,7 +285,9 @@ def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str 
                 if cfg.time_budget_s is not None and time.monotonic() - t0 > cfg.time_budget_s:
                     summary.stopped_by_budget = True
                     break
-                rec = prompt_record(draft, target, item, index_of[item.id], cfg)
+                i = index_of[item.id]
+                rec = (on_policy_record(draft, target, item, i, groups[i], cfg, behaviour)  # type: ignore[arg-type]
+                       if on_policy else prompt_record(draft, target, item, i, cfg))
                 if rec is not None:
                     records.append(rec)
                     summary.tokens += len(rec["token"])
@@ -241,7 +295,7 @@ def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str 
                 bar.update(1)
                 bar.set_postfix(tokens=summary.tokens)
             if records and not summary.stopped_by_budget:
-                _save_shard(path, records)
+                _save_shard(path, records, fields)
                 summary.shards_written += 1
             if summary.stopped_by_budget:
                 log.info("time budget reached: the unfinished shard was dropped (rerun to resume)")
@@ -251,8 +305,8 @@ def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str 
     return summary
 
 
-def _save_shard(path: Path, records: list[dict[str, np.ndarray]]) -> None:
-    arrays = {f: np.concatenate([r[f] for r in records]) for f in FIELDS}
+def _save_shard(path: Path, records: list[dict[str, np.ndarray]], fields: tuple[str, ...]) -> None:
+    arrays = {f: np.concatenate([r[f] for r in records]) for f in fields}
     tmp = path.with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **arrays)
     tmp.replace(path)
@@ -269,11 +323,12 @@ def load_data(data_dir: str | Path) -> tuple[dict[str, np.ndarray], dict[str, ob
     shards = [s for s in shards if not s.name.endswith(".tmp.npz")]
     if not shards:
         raise SprinterError(f"no shards in {d}")
-    parts: dict[str, list[np.ndarray]] = {f: [] for f in FIELDS}
+    fields = tuple(meta.get("fields", FIELDS))
+    parts: dict[str, list[np.ndarray]] = {f: [] for f in fields}
     missing: set[str] = set()
     for s in shards:
         with np.load(s) as z:
-            for f in FIELDS:
+            for f in fields:
                 if f not in z.files and f in OPTIONAL_FIELDS:
                     missing.add(f)
                     continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -77,3 +78,44 @@ def load_corpus(path: str | Path | None = None) -> Corpus:
     if not p.exists():
         raise SprinterError(f"prompt file not found: {p}")
     return Corpus(p.stem, tuple(_parse(p.read_text("utf-8").splitlines(), str(p))))
+
+
+# Categories by the kind of text a reply is: code (and text about code) or prose.
+CODE_CATEGORIES = ("code_write", "code_fix", "code_explain")
+DOMAINS = ("code", "chat")
+_LANGUAGE_WORDS = frozenset((
+    "python", "go", "golang", "rust", "javascript", "js", "typescript", "ts", "java", "kotlin", "c",
+    "cpp", "c++", "c#", "csharp", "ruby", "haskell", "swift", "php", "sql", "bash", "shell", "html",
+    "css"))
+_WORD = re.compile(r"[a-z0-9_+#]+")
+NEAR_DUPLICATE = 0.6  # word-set Jaccard similarity, language names left out
+
+
+def domain_of(item: CorpusPrompt) -> str:
+    """'code' for the code categories, 'chat' for the rest (general chat, CS concepts)."""
+    return "code" if item.category in CODE_CATEGORIES else "chat"
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _LANGUAGE_WORDS)
+
+
+def prompt_groups(prompts: tuple[CorpusPrompt, ...] | list[CorpusPrompt]) -> list[int]:
+    """A group id per prompt: near-duplicates (the same task asked in another language, or
+    reworded) share one, so a train/test split by group never sees a task on both sides."""
+    words = [_words(p.prompt) for p in prompts]
+    parent = list(range(len(prompts)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(words)):
+        for j in range(i):
+            union = len(words[i] | words[j])
+            if union and len(words[i] & words[j]) / union >= NEAR_DUPLICATE:
+                parent[root(i)] = root(j)
+    roots: dict[int, int] = {}
+    return [roots.setdefault(root(i), len(roots)) for i in range(len(prompts))]

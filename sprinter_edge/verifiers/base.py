@@ -13,10 +13,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import VerifierError
-from ..numerics import confidence
+from ..numerics import confidence, token_features
 
-# Feature blocks a learned verifier may use, in this order.
-FEATURE_BLOCKS = ("hidden", "max_prob", "entropy", "run_position")
+# Feature blocks a learned verifier may use, in this order. All but `hidden` are one number:
+# the draft's distribution at temperature 1 (max_prob, entropy, margin = top-1 minus top-2
+# probability), the drawn token at the sampling temperature (logq_x, q_ratio = q(x) / max q),
+# and where the run stands (kept since the last target call, since the last flag, the last
+# catch-up's outcome, tokens generated so far).
+FEATURE_BLOCKS = ("hidden", "max_prob", "entropy", "margin", "logq_x", "q_ratio", "run_position",
+                  "since_flag", "last_accepted", "last_rejected", "output_position")
+_TOKEN_BLOCKS = ("margin", "logq_x", "q_ratio")
 
 
 @dataclass
@@ -26,12 +32,22 @@ class DraftFeatures:
     token: int
     run_position: int  # tokens already kept in the current run
     output_position: int  # tokens generated before this one
+    temperature: float = 0.0  # the sampling temperature the token was drawn at (0: greedy)
+    since_flag: int = 0  # tokens drafted since the last flagged one
+    last_outcome: int = 0  # the last catch-up's test: 0 none yet, 1 accepted, 2 rejected
     _conf: tuple[float, float] | None = field(default=None, repr=False)
+    _token: tuple[float, float, float, float, float] | None = field(default=None, repr=False)
 
     def _confidence(self) -> tuple[float, float]:
         if self._conf is None:
-            self._conf = confidence(self.logits)
+            self._conf = (self._token_features()[:2] if self._token is not None
+                          else confidence(self.logits))
         return self._conf
+
+    def _token_features(self) -> tuple[float, float, float, float, float]:
+        if self._token is None:
+            self._token = token_features(self.logits, self.token, self.temperature)
+        return self._token
 
     @property
     def max_prob(self) -> float:
@@ -41,21 +57,31 @@ class DraftFeatures:
     def entropy(self) -> float:
         return self._confidence()[1]
 
+    def value(self, block: str) -> float:
+        """One scalar feature block by name."""
+        if block in ("max_prob", "entropy"):
+            return self._confidence()[0 if block == "max_prob" else 1]
+        if block in _TOKEN_BLOCKS:
+            return self._token_features()[2 + _TOKEN_BLOCKS.index(block)]
+        if block == "last_accepted":
+            return float(self.last_outcome == 1)
+        if block == "last_rejected":
+            return float(self.last_outcome == 2)
+        if block in ("run_position", "since_flag", "output_position"):
+            return float(getattr(self, block))
+        raise ValueError(f"unknown feature block {block!r}")
+
 
 def feature_vector(f: DraftFeatures, layout: tuple[str, ...]) -> np.ndarray:
+    if any(b in _TOKEN_BLOCKS for b in layout):
+        f._token_features()  # one pass over the vocabulary for all of them
     parts: list[np.ndarray] = []
     for block in layout:
         if block == "hidden":
             assert f.hidden is not None
             parts.append(f.hidden.astype(np.float32, copy=False))
-        elif block == "max_prob":
-            parts.append(np.array([f.max_prob], np.float32))
-        elif block == "entropy":
-            parts.append(np.array([f.entropy], np.float32))
-        elif block == "run_position":
-            parts.append(np.array([f.run_position], np.float32))
         else:
-            raise ValueError(f"unknown feature block {block!r}")
+            parts.append(np.array([f.value(block)], np.float32))
     return np.concatenate(parts)
 
 
