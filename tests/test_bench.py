@@ -176,3 +176,21 @@ def test_bench_runs_at_temperature_one(fixture_engine) -> None:  # type: ignore[
                                             / fp["tokens"])
     assert row["tv_drift"] <= row["mean_tv"] + 1e-12
     assert row["eta_fp_x_p_differs"] is None  # greedy only
+
+
+def test_pass_rate_intervals() -> None:
+    from sprinter_edge.bench.intervals import paired_difference, wilson
+
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)  # the textbook value
+    lo, hi = wilson(67, 80)
+    assert lo == pytest.approx(0.7416, abs=1e-3) and hi == pytest.approx(0.9025, abs=1e-3)
+    same = [True, False] * 40
+    assert paired_difference(same, same) == (0.0, 0.0, 0.0)
+    worse = list(same)
+    for i in (0, 2, 4, 6):
+        worse[i] = False  # 4 of 80 problems lost: -5 points, and the interval excludes 0
+    d, lo, hi = paired_difference(worse, same)
+    assert d == pytest.approx(-0.05) and lo < d < hi < 0
+    with pytest.raises(ValueError):
+        paired_difference([True], [True, False])

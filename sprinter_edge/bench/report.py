@@ -19,6 +19,8 @@ COLUMNS = (
     ("time_split", "time d/t/v/o %", "split"),
     ("peak_rss_mib", "peak RSS MiB", "{:.0f}"),
     ("pass_at_1", "pass@1", "{:.2f}"),
+    ("pass_ci", "pass@1 95% CI", "interval"),
+    ("pass_diff_ci", "vs ar, points (95% CI)", "diff"),
     ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
@@ -46,6 +48,12 @@ COLUMN_HELP = (
 def _cell(value: object, fmt: str) -> str:
     if value is None:
         return "-"
+    if fmt == "interval":
+        lo, hi = value  # type: ignore[misc]
+        return f"{lo:.2f}-{hi:.2f}"
+    if fmt == "diff":
+        lo, hi = value  # type: ignore[misc]
+        return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
     if fmt == "split":
         s = value  # type: ignore[assignment]
         return "/".join(f"{100 * s[k]:.0f}" for k in ("draft", "target", "verifier", "overhead"))  # type: ignore[index]

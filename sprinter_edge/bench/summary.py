@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from ..decoding.base import Stats
 from . import quality
 from .costmodel import CostModel
+from .intervals import paired_difference, wilson
 from .runner import MethodSpec, RunRecord
 
 _SUMMED = [f.name for f in dataclasses.fields(Stats) if f.type in ("int", "float")]
@@ -69,11 +70,33 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         if fps:
             row.update(_drift(fps, spec))
         rows.append(row)
+    _pass_intervals(rows, records)
     ar = next((r for r in rows if r["kind"] == "ar"), None)
     for r in rows:
         r["ratio_vs_ar"] = r["tokens_per_second"] / ar["tokens_per_second"] \
             if ar and ar["tokens_per_second"] else None
     return rows
+
+
+def _pass_intervals(rows: list[dict], records: Sequence[RunRecord]) -> None:
+    """pass@1's 95% Wilson interval, and the paired difference from ar on the same problems."""
+    passed = {(r.method, r.prompt_id): bool(r.humaneval["passed"]) for r in records
+              if r.humaneval is not None}
+    ar = next((r["method"] for r in rows if r["kind"] == "ar"), None)
+    for row in rows:
+        n = row.get("humaneval_n") or 0
+        if not n:
+            continue
+        k = round(row["pass_at_1"] * n)
+        row["pass_passed"] = k
+        row["pass_ci"] = list(wilson(k, n))
+        if ar is None or row["method"] == ar:
+            continue
+        ids = sorted(p for m, p in passed if m == row["method"] and (ar, p) in passed)
+        diff, lo, hi = paired_difference([passed[(row["method"], p)] for p in ids],
+                                         [passed[(ar, p)] for p in ids])
+        row["pass_diff_vs_ar"] = diff
+        row["pass_diff_ci"] = [lo, hi]
 
 
 def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:
