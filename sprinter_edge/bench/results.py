@@ -47,6 +47,7 @@ class BenchConfig:
     cost_sizes: Sequence[int] | None = costmodel.SIZES  # batch sizes to time; None: no cost model
     cost_repeats: int = 3
     warmup: bool = True
+    rescore: str = "all"  # or "verifier": re-score only runs with unverified tokens (runner.RunConfig)
     peers: bool = True  # the llama-cpp-python rows, when requested and available
     threads: int | None = None
     draft_len: int = 4
@@ -136,7 +137,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
         say("measuring decode costs (batches " + ",".join(map(str, config.cost_sizes)) + ")")
         cost = costmodel.CostModel(costmodel.measure(engine.target, config.cost_sizes, config.cost_repeats),
                                    costmodel.measure(engine.draft, config.cost_sizes, config.cost_repeats))
-    cfg = runner.RunConfig(max_tokens=config.max_tokens, warmup=config.warmup,
+    cfg = runner.RunConfig(max_tokens=config.max_tokens, warmup=config.warmup, rescore=config.rescore,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
                            draft_len=config.draft_len, peer_ctx=config.peer_ctx)
     bench = runner.Runner(engine, specs, cfg)

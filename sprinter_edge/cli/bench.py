@@ -65,6 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="skip measuring decode costs (no predicted columns)")
     g.add_argument("--no-warmup", action="store_true",
                    help="skip the short untimed warm-up generation of each method")
+    g.add_argument("--rescore", choices=("all", "verifier"), default="all",
+                   help="which runs the target re-scores after timing: all (log-prob and "
+                        "agreement columns for every row) or verifier (only runs with tokens the "
+                        "target never saw: the eta_FP and TV drift columns; about halves a long "
+                        "HumanEval run)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_hardware_args(p)
     p.set_defaults(func=run, ctx=2048)
@@ -87,7 +92,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         methods=[m.strip() for m in args.methods.split(",") if m.strip()], thresholds=thresholds,
         humaneval=humaneval, chat=chat, prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
-        cost_repeats=repeats, warmup=not args.no_warmup, peers=not args.no_peers,
+        cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
         peer_ctx=min(args.ctx, 4096), pair=args.pair if not args.target else None,
         command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
