@@ -22,7 +22,7 @@ from .decoding import DecodeContext, Generation, GenerationResult, Stats, Strate
 from .decoding.sampling import Sampler, SamplingParams
 from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
 from .planning.planner import Planner, make_planner
-from .prompting import Message, prompt_tokens, render_chat
+from .prompting import Message, prompt_domain, prompt_tokens, render_chat
 from .verifiers.base import Verifier
 from .verifiers.loading import resolve_verifier
 from .verifiers.operating_point import OperatingPoint
@@ -205,9 +205,11 @@ class Engine:
         self.settings.point = point
         self._planner = None  # its flag-rate evidence was for the old operating point
 
-    def threshold(self, point: OperatingPoint | None = None, verifier: Verifier | None = None) -> float:
-        """SPRINTER's threshold for an operating point (default: the engine's) and verifier."""
-        return (point or self.settings.point).resolve(verifier or self.verifier)
+    def threshold(self, point: OperatingPoint | None = None, verifier: Verifier | None = None,
+                  domain: str | None = None, regime: str | None = None) -> float:
+        """SPRINTER's threshold for an operating point (default: the engine's) and verifier,
+        for a request of this domain ("code" | "chat") and regime ("greedy" | "sampled")."""
+        return (point or self.settings.point).resolve(verifier or self.verifier, domain, regime)
 
     def close(self) -> None:
         for m in (self._draft, self._target):
@@ -284,8 +286,12 @@ class Engine:
         )
         if strategy.needs_verifier and draft is not None:
             ctx.verifier = verifier or self.verifier
-            ctx.threshold = self.threshold(operating_point, ctx.verifier)
+            domain = prompt_domain(self.text_model.detokenize(tokens) if isinstance(prompt, list)
+                                   else prompt)
+            regime = "greedy" if params.greedy else "sampled"
+            ctx.threshold = self.threshold(operating_point, ctx.verifier, domain, regime)
             ctx.stats.verifier = ctx.verifier.name
+            ctx.stats.domain = domain
         if strategy.needs_planner:
             ctx.planner = self.planner()
         return Generation(strategy, ctx, tokens, stop=params.stop,

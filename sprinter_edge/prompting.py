@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .backend.llama import LlamaModel
 from .errors import SettingsError, SprinterError
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+
+# What makes a request a code request: code in it (fences, inline code, keywords) or words that
+# ask for code. 95% agreement with the categories of the verifier corpus (code_write/fix/explain
+# vs chat/cs_concept); a verifier's per-domain presets are chosen with it.
+_CODE_CUES = re.compile(
+    r"```|`[^`\n]+`|\bdef |\bclass\b|\bfunction\b|\bimport |#include|\breturn\b|\b(code|snippet|script|"
+    r"program|implement|implementation|compiler?|bug|regex|regular expression|query|python|"
+    r"javascript|typescript|java|rust|golang|kotlin|swift|haskell|ruby|php|c\+\+|c#|bash|shell|sql|"
+    r"html|css|json|yaml|api|refactor|unit tests?|one-liner|debug|stack trace|exception|variable|"
+    r"loop|array|dict|component|react|pandas|numpy|git|awk|sed|grep)\b|\bin (go|c)\b", re.I)
+DOMAINS = ("code", "chat")
+
+
+def prompt_domain(prompt: str | Sequence[Message]) -> str:
+    """'code' when the request is about code, else 'chat' (the user's messages are read)."""
+    if isinstance(prompt, str):
+        text = prompt
+    else:
+        text = "\n".join(str(m.get("content", "")) for m in prompt
+                         if isinstance(m, dict) and m.get("role") == "user")
+    return "code" if _CODE_CUES.search(text) else "chat"
 
 _FALLBACK = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
 

@@ -177,9 +177,54 @@ def test_cli_collects_on_policy_and_studies(fixture_target_path: Path, fixture_d
     assert set(report["comparison"]) == {"greedy", "sampled"}
     assert "logreg-scalars" in report["candidates"]
     assert out.with_suffix(".md").read_text().startswith("## Split")
+    # ship the calibrated confidence rule with presets per regime and domain; the engine uses them
+    onnx = tmp_path / "shipped.onnx"
+    assert main(["verifier", "study", "--data", str(data), "--out", str(tmp_path / "s2.json"), "--boot", "20",
+                 "--candidates", "confidence", "--costs", "reference", "--ship", "confidence",
+                 "--export", str(onnx), *models]) == 0
+    from sprinter_edge import Engine, Hardware
+    from sprinter_edge.verifiers.onnx import OnnxVerifier
+
+    ver = OnnxVerifier(onnx)
+    assert set(ver.domain_presets) <= {"greedy", "sampled"} and ver.domain_presets
+    regime = next(iter(ver.domain_presets))
+    for dom, pts in ver.domain_presets[regime].items():
+        for preset, t in pts.items():
+            assert ver.threshold_for(preset, dom, regime) == t
+    assert ver.threshold_for("balanced") == ver.presets["balanced"]
+    with Engine(fixture_target_path, fixture_draft_path, method="sprinter", verifier=str(onnx),
+                hardware=Hardware(n_ctx=512, n_threads=1)) as engine:
+        res = engine.generate("Write a Python function that reverses a string.",
+                              SamplingParams(max_tokens=6))
+        assert res.stats.domain == "code"
+        res = engine.generate("Why is the sky blue?", SamplingParams(max_tokens=6))
+        assert res.stats.domain == "chat"
     # draft-greedy data cannot be studied: a clear error, exit 1
     greedy_dir = tmp_path / "greedy"
     assert main(["verifier", "collect", "--data", str(greedy_dir), "--prompts", str(corpus), "--limit", "3",
                  "--max-new-tokens", "4", "--no-progress", *models]) == 0
     assert main(["verifier", "study", "--data", str(greedy_dir), "--costs", "reference", *models]) != 0
     assert "on-policy" in capsys.readouterr().err
+
+
+def test_presets_per_domain_and_regime() -> None:
+    from sprinter_edge.prompting import prompt_domain
+
+    class Ver(Confidence):
+        presets = {"quality": 0.9, "balanced": 0.7, "fast": 0.5}  # noqa: RUF012
+        domain_presets = {"greedy": {"code": {"balanced": 0.8, "quality": 0.95}},  # noqa: RUF012
+                          "sampled": {"chat": {"balanced": 0.6}}}
+
+    v = Ver()
+    assert OperatingPoint(preset="balanced").resolve(v, "code", "greedy") == 0.8
+    assert OperatingPoint(preset="fast").resolve(v, "code", "greedy") == 0.5  # not per domain: global
+    assert OperatingPoint(preset="balanced").resolve(v, "chat", "greedy") == 0.7
+    assert OperatingPoint(preset="balanced").resolve(v, "chat", "sampled") == 0.6
+    assert OperatingPoint().resolve(v, "code", "greedy") == 0.8  # the default point is balanced
+    assert OperatingPoint().resolve(v) == v.default_threshold
+    assert OperatingPoint(threshold=0.33).resolve(v, "code", "greedy") == 0.33
+    assert prompt_domain("Write a Go function that reverses a slice.") == "code"
+    assert prompt_domain("Explain what `git rebase -i` does.") == "code"
+    assert prompt_domain("Give me three tips for a good night's sleep.") == "chat"
+    assert prompt_domain([{"role": "system", "content": "You write python code."},
+                          {"role": "user", "content": "Tell me a joke."}]) == "chat"

@@ -76,6 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "training/study.py (default: %(default)s)")
     s.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="skip the remaining candidates after this many minutes")
+    s.add_argument("--ship", default=None, metavar="CANDIDATE",
+                   help="also export this candidate to --export: fitted on the train groups, "
+                        "presets per sampling regime and domain from the calibration groups, "
+                        "checked on the test groups")
+    s.add_argument("--export", type=Path, default=None, help="the .onnx file --ship writes")
     add_model_args(s)
     add_hardware_args(s)
     s.set_defaults(func=run_study)
@@ -209,7 +214,21 @@ def run_study(args: argparse.Namespace) -> int:
     cfg = StudyConfig(seed=args.split_seed, cap=args.run_cap, cost=cost, n_boot=args.boot,
                       candidates=tuple(args.candidates.split(",")) if args.candidates else None,
                       time_budget_s=args.time_budget * 60 if args.time_budget else None, n_threads=None)
+    if (args.ship is None) != (args.export is None):
+        raise SprinterError("--ship and --export go together")
     report = run_study(data, cfg)
+    if args.ship:
+        from ..training.ship import ship_from_study
+
+        pair_name = None
+        if not args.target:
+            from ..catalog.registry import load_registry
+
+            pair_name = load_registry().pair(args.pair).name
+        report["shipped"] = ship_from_study(data, meta, args.ship, args.export, seed=args.split_seed,
+                                            cost=cost, cap=args.run_cap, pair_name=pair_name)
+        print(f"shipped {args.ship} -> {args.export}: presets {report['shipped']['presets']}, "
+              f"per domain {report['shipped']['domain_presets']}")
     report["data"] = {"dir": str(args.data), "behaviour": meta.get("behaviour"),
                       "temperatures": meta.get("config", {}).get("temperatures")}  # type: ignore[union-attr]
     args.out.write_text(json.dumps(report, indent=1))

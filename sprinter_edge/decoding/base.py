@@ -40,6 +40,7 @@ Step = list[tuple[int, Origin]]
 class Stats:
     method: str = ""
     verifier: str | None = None  # sprinter: which verifier scored the draft tokens
+    domain: str | None = None  # sprinter: the request's domain (code | chat), for per-domain presets
     prompt_tokens: int = 0
     new_tokens: int = 0
     # where the new tokens came from

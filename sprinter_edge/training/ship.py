@@ -45,3 +45,65 @@ def train_and_export(data_dir: str | Path, out: str | Path, cfg: TrainConfig | N
     result.report["onnx_parity_max_abs_diff"] = diff
     result.report["onnx_bytes"] = Path(path).stat().st_size
     return result, result.report
+
+
+def ship_from_study(data: dict[str, Any], meta: dict[str, Any], name: str, out: str | Path, *,
+                    seed: int = 0, cost: Any = None, cap: int | None = 16,
+                    pair_name: str | None = None) -> dict[str, Any]:
+    """Export one study candidate, fitted on the on-policy train groups (greedy rows), with
+    presets per sampling regime and domain chosen on the calibration groups and checked on the
+    test groups (`study.presets_by_domain`), and the greedy test rows' calibration table (for
+    --max-fp-rate). Returns what was written, with the held-out checks."""
+    import numpy as np
+
+    from ..verifiers.calibration import calibration_table
+    from . import study
+
+    cand = study.candidate(name)
+    if not cand.exportable:
+        raise SprinterError(f"candidate {name!r} cannot be exported to ONNX")
+    masks = study.split_by_group(data["group"], data["domain"], seed=seed)
+    train, calib, test = masks
+    pipe = study.fit_final(data, cand, masks, "greedy", seed=seed)
+    x = study._matrix(data, cand.layout)
+    scores = pipe.predict_proba(x)[:, 1]
+    greedy = np.asarray(data["temperature"]) == 0
+    checks: dict[str, Any] = {}
+    domain_presets: dict[str, dict[str, dict[str, float]]] = {}
+    for regime, rm in (("greedy", greedy), ("sampled", ~greedy)):
+        if not (calib & rm).any():
+            continue
+        found = study.presets_by_domain(scores, data, calib & rm, test_mask=test & rm, cost=cost, cap=cap,
+                                        n_boot=1000, seed=seed)
+        checks[regime] = found
+        domain_presets[regime] = {dom: {p: row["threshold"] for p, row in pts.items()
+                                        if row["threshold"] is not None}
+                                  for dom, pts in found.items() if dom != "all"}
+    te = test & greedy
+    label = np.asarray(data["label_greedy"])[te]
+    table = calibration_table(scores[te], label, argmax_differs=label == 0)
+    presets = {p: row["threshold"] for p, row in checks["greedy"]["all"].items()
+               if row["threshold"] is not None}
+    pair = dict(meta["pair"])
+    if pair_name:
+        pair["name"] = pair_name
+    n_features = x.shape[1]
+    common = dict(layout=cand.layout, n_features=n_features, pair=pair, label_rule="greedy",
+                  default_threshold=presets.get("balanced", 0.5), presets=presets, table=table,
+                  metrics={"study_candidate": name, "split": f"by prompt group, seed {seed}",
+                           "preset_checks": checks},
+                  tv_pq=float(np.mean(data["tv"][te & (np.asarray(data["temperature"]) == 0)])),
+                  extra={"sprinter.model": name, "sprinter.domain_presets": json.dumps(domain_presets),
+                         "sprinter.data": json.dumps({"format": meta.get("format"),
+                                                      "behaviour": meta.get("behaviour"),
+                                                      "temperatures": meta.get("config", {}).get(
+                                                          "temperatures")})})
+    path = export(pipe, out, **common)  # type: ignore[arg-type]
+    diff = parity(pipe, path, x[te][:2000])
+    if diff > PARITY_TOLERANCE:
+        path = export(pipe, out, double=True, **common)  # type: ignore[arg-type]
+        diff = parity(pipe, path, x[te][:2000])
+    if diff > PARITY_TOLERANCE:
+        raise SprinterError(f"ONNX export disagrees with scikit-learn by {diff:.2g} (> {PARITY_TOLERANCE})")
+    return {"file": str(path), "candidate": name, "presets": presets, "domain_presets": domain_presets,
+            "checks": checks, "onnx_parity_max_abs_diff": diff, "onnx_bytes": Path(path).stat().st_size}

@@ -93,14 +93,27 @@ class Verifier(ABC):
     default_threshold: float = 0.5
     # named operating points: quality (few false passes) .. fast (long runs)
     presets: dict[str, float] = {"quality": 0.8, "balanced": 0.5, "fast": 0.3}  # noqa: RUF012
+    # presets calibrated per sampling regime ("greedy" | "sampled") and request domain
+    # ("code" | "chat"); where one is given it wins over `presets`
+    domain_presets: dict[str, dict[str, dict[str, float]]] = {}  # noqa: RUF012
 
-    def threshold_for(self, preset: str | None) -> float:
-        if preset is None:
-            return self.default_threshold
+    def threshold_for(self, preset: str | None, domain: str | None = None,
+                      regime: str | None = None) -> float:
+        if preset is None:  # the default operating point is the balanced one
+            found = self._domain_preset("balanced", domain, regime)
+            return self.default_threshold if found is None else found
+        found = self._domain_preset(preset, domain, regime)
+        if found is not None:
+            return found
         if preset not in self.presets:
             raise VerifierError(f"verifier {self.name!r} has no preset {preset!r} "
                                 f"(it has {', '.join(self.presets) or 'none'})")
         return self.presets[preset]
+
+    def _domain_preset(self, preset: str, domain: str | None, regime: str | None) -> float | None:
+        if domain is None or regime is None:
+            return None
+        return self.domain_presets.get(regime, {}).get(domain, {}).get(preset)
 
     @abstractmethod
     def score(self, features: DraftFeatures) -> float: ...

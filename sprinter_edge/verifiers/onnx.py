@@ -72,6 +72,9 @@ class OnnxVerifier(Verifier):
             self.layout: tuple[str, ...] = tuple(json.loads(meta["sprinter.layout"]))
             self.default_threshold = float(meta["sprinter.default_threshold"])
             self.presets = {k: float(v) for k, v in json.loads(meta.get("sprinter.presets", "{}")).items()}
+            self.domain_presets = {
+                regime: {dom: {k: float(v) for k, v in pts.items()} for dom, pts in doms.items()}
+                for regime, doms in json.loads(meta.get("sprinter.domain_presets", "{}")).items()}
             self.calibration: list[CalibrationRow] = table_from_json(
                 json.loads(meta.get("sprinter.calibration", "[]")))
             self.metrics: dict[str, Any] = json.loads(meta.get("sprinter.metrics", "{}"))

@@ -36,8 +36,10 @@ class OperatingPoint:
         if self.max_fp_rate is not None and not 0 <= self.max_fp_rate <= 1:
             raise SettingsError(f"max_fp_rate must be in [0, 1], not {self.max_fp_rate}")
 
-    def resolve(self, verifier: Verifier) -> float:
-        """The threshold this operating point means for `verifier`."""
+    def resolve(self, verifier: Verifier, domain: str | None = None, regime: str | None = None) -> float:
+        """The threshold this operating point means for `verifier` (for a request of this
+        domain, code or chat, and sampling regime, greedy or sampled, where the verifier
+        has presets calibrated per domain)."""
         if self.threshold is not None:
             return self.threshold
         if self.max_fp_rate is not None:
@@ -47,7 +49,7 @@ class OperatingPoint:
                     f"verifier {verifier.name!r} has no calibration table: a maximum false-pass "
                     "rate needs a trained verifier (give a threshold instead)")
             return threshold_for_max_fp(rows, self.max_fp_rate)
-        return verifier.threshold_for(self.preset)
+        return verifier.threshold_for(self.preset, domain, regime)
 
     def describe(self) -> str:
         if self.threshold is not None:
