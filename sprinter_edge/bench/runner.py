@@ -104,7 +104,8 @@ class RunConfig:
     threads: int | None = None
     draft_len: int = 4
     # "all": every run is re-scored by the target (log-prob, agreement, drift columns);
-    # "verifier": only runs with tokens the target never saw (the eta_FP and drift columns)
+    # "verifier": only runs with tokens the target never saw (the eta_FP and drift columns);
+    # "none": no re-scoring (speed, pass@1 and agreement with ar only)
     rescore: str = "all"
 
 
@@ -217,7 +218,7 @@ class Runner:
         # tokens the target never saw (SPRINTER's, or auto's when it ran SPRINTER) need the
         # draft's distribution too, for the drift and false-pass columns
         unverified = any(o is Origin.KEPT for o in rec._origins)
-        if self.config.rescore == "verifier" and not unverified:
+        if self.config.rescore == "none" or (self.config.rescore == "verifier" and not unverified):
             return
         draft = self.engine.draft if unverified else None
         scores = quality.score_tokens(self.engine.target, prompt, rec.tokens, draft,
