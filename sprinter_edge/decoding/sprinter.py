@@ -21,6 +21,10 @@ moves the end token's excess mass toward p; the accounting counts such a positio
 passed. Under greedy decoding TV(p, q) = 1[argmax differs] and the mean is
 eta_FP * P(argmax differs), eta_FP the false-pass rate on the greedy label; at
 temperature > 0 no such identity holds, and a verifier with eta_FP = 0 still drifts.
+
+A verifier may also read the drawn token (features `logq_x`, `q_ratio`); then the mixture
+above does not hold, and the expected false passes per token -- the mean of
+1[pass] * (1 - min(1, p(x)/q(x))), what `verifier study` compares -- is the figure to read.
 """
 
 from __future__ import annotations
