@@ -292,6 +292,7 @@ class Engine:
             ctx.threshold = self.threshold(operating_point, ctx.verifier, domain, regime)
             ctx.stats.verifier = ctx.verifier.name
             ctx.stats.domain = domain
+            ctx.stats.threshold = ctx.threshold
         if strategy.needs_planner:
             ctx.planner = self.planner()
         return Generation(strategy, ctx, tokens, stop=params.stop,

@@ -194,3 +194,11 @@ def test_pass_rate_intervals() -> None:
     assert d == pytest.approx(-0.05) and lo < d < hi < 0
     with pytest.raises(ValueError):
         paired_difference([True], [True, False])
+
+
+def test_preset_rows_are_resolved_by_the_engine() -> None:
+    specs = runner.expand_methods(["ar", "sprinter"], [], ["quality", "balanced"])
+    assert [(s.label, s.preset, s.threshold) for s in specs] == [
+        ("ar", None, None), ("sprinter:quality", "quality", None), ("sprinter:balanced", "balanced", None)]
+    by_threshold = runner.expand_methods(["sprinter"], [0.5], ["quality"])
+    assert [s.label for s in by_threshold] == ["ar", "sprinter@0.5"]

@@ -115,12 +115,15 @@ def plan(engine: Engine, config: BenchConfig,
         if why:
             notes.append(f"llama-cpp rows skipped: {why}")
             methods = [m for m in methods if m not in runner.PEER_METHODS]
-    if config.thresholds is None:
-        thresholds = sorted(set(engine.verifier.presets.values())) if "sprinter" in methods else []
+    presets: list[str] = []
+    if config.thresholds is None:  # the verifier's named presets, resolved per prompt
+        thresholds = []
+        if "sprinter" in methods:
+            presets = [p for p in ("quality", "balanced", "fast") if p in engine.verifier.presets]
     else:
         thresholds = list(config.thresholds)
     try:
-        specs = runner.expand_methods(methods, thresholds)
+        specs = runner.expand_methods(methods, thresholds, presets)
     except ValueError as exc:
         raise SprinterError(f"--methods/--thresholds: {exc}") from None
     return BenchPlan(bench_prompts, specs, notes)

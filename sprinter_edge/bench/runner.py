@@ -37,6 +37,7 @@ class MethodSpec:
     label: str
     kind: str  # ar, sd, sprinter, oracle, draft, llama-cpp, llama-cpp-draft
     threshold: float | None = None
+    preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
 
     @property
     def engine_method(self) -> str:
@@ -48,14 +49,18 @@ class MethodSpec:
         return self.kind in ENGINE_METHODS and get_strategy(self.engine_method).needs_verifier
 
 
-def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None) -> list[MethodSpec]:
-    """`sprinter` becomes one row per threshold (the verifier's default when none given)."""
+def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
+                   presets: Sequence[str] = ()) -> list[MethodSpec]:
+    """`sprinter` becomes one row per threshold, or per named preset (resolved by the engine
+    for each prompt's domain, as a user's --preset is), else the verifier's default."""
     specs: list[MethodSpec] = []
     for name in names:
         if name not in ALL_METHODS:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
         if name == "sprinter" and thresholds:
             specs += [MethodSpec(f"sprinter@{t:g}", "sprinter", t) for t in thresholds]
+        elif name == "sprinter" and presets:
+            specs += [MethodSpec(f"sprinter:{p}", "sprinter", preset=p) for p in presets]
         else:
             specs.append(MethodSpec(name, name))
     if not any(s.kind == "ar" for s in specs):
@@ -140,7 +145,8 @@ class Runner:
                     ) -> tuple[list[int], str, Stats, list[Origin]]:
         verifier = Oracle(reference or []) if spec.kind == "oracle" else None
         threshold = 0.5 if spec.kind == "oracle" else spec.threshold
-        point = OperatingPoint(threshold=threshold) if threshold is not None else None
+        point = (OperatingPoint(threshold=threshold) if threshold is not None
+                 else OperatingPoint(preset=spec.preset) if spec.preset else None)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop)
         res = self.engine.generate(prompt, params, method=spec.engine_method, operating_point=point,
                                    verifier=verifier)

@@ -38,6 +38,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         timed = sum(r.tokens_per_second * r.decode_seconds for r in recs)
         new = sum(r.new_tokens for r in recs)
         row: dict = {"method": spec.label, "kind": spec.kind, "threshold": spec.threshold,
+                     "preset": spec.preset,
                      "prompts": len(recs), "new_tokens": new,
                      "tokens_per_second": timed / dec if dec > 0 else 0.0,
                      "peak_rss_mib": max(r.peak_rss_mib for r in recs)}

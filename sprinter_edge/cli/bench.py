@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "llama-cpp-draft (ar always runs: it is the reference)")
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
-                        "'presets' = the verifier's quality/balanced/fast operating points; "
+                        "'presets' = one row per named preset (quality/balanced/fast), "
+                        "resolved for each prompt's domain as --preset is; "
                         "empty = the verifier's default only")
     g.add_argument("--verifier", default="auto",
                    help="sprinter verifier: auto (the pair's trained one, else the confidence "

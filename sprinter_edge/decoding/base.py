@@ -41,6 +41,7 @@ class Stats:
     method: str = ""
     verifier: str | None = None  # sprinter: which verifier scored the draft tokens
     domain: str | None = None  # sprinter: the request's domain (code | chat), for per-domain presets
+    threshold: float | None = None  # sprinter: the verifier threshold this request ran at
     prompt_tokens: int = 0
     new_tokens: int = 0
     # where the new tokens came from
