@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
               f"{s.target_calls} target calls ({s.target_calls_per_token:.3f}/token), "
               f"kept {s.kept}, accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}",
               file=sys.stderr)
+        if s.threshold is not None:
+            print(f"[verifier] {s.verifier} at threshold {s.threshold:g} (a {s.domain} request)",
+                  file=sys.stderr)
         if s.plan:
             print(f"[auto] ran {s.plan} ({s.plan_switches} switches): {s.plan_reason}", file=sys.stderr)
     engine.close()
