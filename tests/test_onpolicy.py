@@ -207,6 +207,17 @@ def test_cli_collects_on_policy_and_studies(fixture_target_path: Path, fixture_d
     assert "on-policy" in capsys.readouterr().err
 
 
+def test_hidden_option_of_the_default_pair() -> None:
+    from sprinter_edge.catalog.registry import load_registry
+    from sprinter_edge.errors import VerifierError
+    from sprinter_edge.verifiers.loading import resolve_verifier
+
+    ver = resolve_verifier("hidden", load_registry().pair("default"), None, None)
+    assert ver.needs_hidden and "hidden" in ver.layout and ver.domain_presets  # type: ignore[attr-defined]
+    with pytest.raises(VerifierError, match="no hidden-state verifier"):
+        resolve_verifier("hidden", load_registry().pair("qwen2.5-coder-0.5b-q4km-1.5b"), None, None)
+
+
 def test_presets_per_domain_and_regime() -> None:
     from sprinter_edge.prompting import prompt_domain
 

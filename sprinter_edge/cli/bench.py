@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "empty = the verifier's default only")
     g.add_argument("--verifier", default="auto",
                    help="sprinter verifier: auto (the pair's trained one, else the confidence "
-                        "rule), confidence, always-flag, never-flag, or an .onnx path")
+                        "rule), hidden (the pair's hidden-state option), confidence, always-flag, "
+                        "never-flag, or an .onnx path")
     g.add_argument("--run-cap", type=int, default=20,
                    help="sprinter: longest run kept without the target (0 = no cap)")
     g.add_argument("--draft-len", type=int, default=4,

@@ -57,7 +57,8 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
                    help="stop when this text appears (repeatable)")
     g.add_argument("--verifier", default="auto",
                    help="sprinter verifier: auto (the pair's trained one, else the confidence "
-                        "rule), confidence, always-flag, never-flag, or a path to an .onnx file")
+                        "rule), hidden (the pair's hidden-state option, where it ships one), confidence, "
+                        "always-flag, never-flag, or a path to an .onnx file")
     point = g.add_mutually_exclusive_group()
     point.add_argument("--threshold", type=float, default=None,
                        help="sprinter: flag a token when its score is below this, in (0, 1] "

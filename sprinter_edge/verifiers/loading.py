@@ -15,7 +15,8 @@ BUILTIN = {"always-flag": AlwaysFlag, "never-flag": NeverFlag, "confidence": Con
 
 
 def resolve_verifier(spec: str | Verifier, pair: object, draft: object, target: object) -> Verifier:
-    """`auto`: the pair's trained ONNX verifier if one ships, else the confidence rule."""
+    """`auto`: the pair's trained ONNX verifier if one ships, else the confidence rule;
+    `hidden`: the pair's hidden-state option (the file beside it named <stem>-hidden.onnx)."""
     if isinstance(spec, Verifier):
         spec.check_pair(draft, target)
         return spec
@@ -30,11 +31,18 @@ def resolve_verifier(spec: str | Verifier, pair: object, draft: object, target: 
             "(train one with `sprinter-edge verifier train`)"
         )
         return Confidence()
+    if spec == "hidden":
+        path = pair.verifier_path() if pair is not None else None  # type: ignore[attr-defined]
+        hidden = path.with_name(f"{path.stem}-hidden.onnx") if path is not None else None
+        if hidden is None or not hidden.exists():
+            raise VerifierError("this pair ships no hidden-state verifier (--verifier hidden); "
+                                "train one with `sprinter-edge verifier study --ship`")
+        return _load_onnx(hidden, draft, target)
     path = Path(spec)
     if path.suffix == ".onnx" or path.exists():
         return _load_onnx(path, draft, target)
     raise VerifierError(
-        f"unknown verifier {spec!r}: use auto, {', '.join(BUILTIN)} or a path to an .onnx file"
+        f"unknown verifier {spec!r}: use auto, hidden, {', '.join(BUILTIN)} or a path to an .onnx file"
     )
 
 
