@@ -28,14 +28,15 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss, roc_auc_score
-from sklearn.model_selection import GroupKFold, ParameterGrid
+from sklearn.model_selection import GroupKFold, KFold, ParameterGrid
 from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing import StandardScaler, TargetEncoder
 
 from ..errors import SprinterError
 from ..verifiers.calibration import DEFAULT_THRESHOLDS, PRESET_MAX_FP
@@ -44,7 +45,9 @@ log = logging.getLogger(__name__)
 
 SCALARS = ("max_prob", "entropy", "margin", "logq_x", "q_ratio", "run_position", "since_flag",
            "last_accepted", "last_rejected", "output_position")
-FEATURE_NAMES = ("hidden", *SCALARS)
+# "token" (the drawn token's id) is read only through a learned token table (TargetEncoder):
+# a study feature; no run-time verifier reads it yet
+FEATURE_NAMES = ("hidden", *SCALARS, "token")
 DOMAINS = {0: "code", 1: "chat"}
 REGIMES = ("greedy", "sampled")
 # regime -> the label AUC is reported on (context only, not the decision)
@@ -318,6 +321,16 @@ CANDIDATES: tuple[StudyCandidate, ...] = (
                    grid={"clf__C": [1e-3, 1e-2, 1e-1, 1.0, 10.0]}),
     StudyCandidate("hgb-scalars", SCALARS, lambda d, s: Pipeline([("clf", _hgb(s))]),
                    "gradient-boosted trees on all scalar features"),
+    StudyCandidate("logreg-token-scalars", ("token", *SCALARS),
+                   lambda d, s: Pipeline([
+                       ("tok", ColumnTransformer(
+                           [("table", TargetEncoder(cv=KFold(5, shuffle=True, random_state=s)), [0])],
+                           remainder="passthrough")),
+                       ("scale", StandardScaler()),
+                       ("clf", LogisticRegression(max_iter=1000))]),
+                   "logistic regression on all scalars + a learned token table (the drawn token's "
+                   "cross-fitted, smoothed acceptance rate on the train groups)",
+                   exportable=False),
     StudyCandidate("logreg-hidden-scalars", ("hidden", *SCALARS), lambda d, s: _logreg(300),
                    "logistic regression on the full hidden state + all scalar features",
                    grid={"clf__C": [1e-4, 1e-3, 1e-2, 1e-1]}),
