@@ -18,12 +18,17 @@ def confidence(logits: np.ndarray) -> tuple[float, float]:
     and accurate to ~1e-6. No np.dot: a BLAS call wakes OpenBLAS threads that spin and steal
     the cores llama.cpp needs."""
     x = np.asarray(logits, dtype=np.float32)
-    z = x - x.max()
+    max_prob, entropy, _ = _shifted_stats(x - x.max())
+    return max_prob, entropy
+
+
+def _shifted_stats(z: np.ndarray) -> tuple[float, float, float]:
+    """Max probability, entropy and the partition sum s of logits already shifted so that
+    their maximum is 0 (float32 exponentials, float64 sums)."""
     e = np.exp(z)
     s = float(e.sum(dtype=np.float64))
     e *= z
-    entropy = float(np.log(s) - e.sum(dtype=np.float64) / s)
-    return 1.0 / s, entropy
+    return 1.0 / s, float(np.log(s) - e.sum(dtype=np.float64) / s), s
 
 
 def total_variation(p: np.ndarray, q: np.ndarray) -> float:
@@ -46,11 +51,7 @@ def token_features(logits: np.ndarray, token: int, temperature: float) -> tuple[
     z[best] = -np.inf  # the runner-up, without sorting the vocabulary
     second = float(z.max()) if x.shape[0] > 1 else -np.inf
     z[best] = 0.0
-    e = np.exp(z)
-    s = float(e.sum(dtype=np.float64))
-    e *= z
-    entropy = float(np.log(s) - e.sum(dtype=np.float64) / s)
-    max_prob = 1.0 / s
+    max_prob, entropy, s = _shifted_stats(z)
     margin = max_prob * (1.0 - float(np.exp(second)))
     zx = float(z[token])
     if temperature > 0 and temperature != 1.0:

@@ -11,7 +11,7 @@ from .errors import SettingsError, SprinterError
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 
 # What makes a request a code request: code in it (fences, inline code, keywords) or words that
-# ask for code. 95% agreement with the categories of the verifier corpus (code_write/fix/explain
+# ask for code. 96% agreement with the categories of the verifier corpus (code_write/fix/explain
 # vs chat/cs_concept); a verifier's per-domain presets are chosen with it.
 _CODE_CUES = re.compile(
     r"```|`[^`\n]+`|\bdef |\bclass\b|\bfunction\b|\bimport |#include|\breturn\b|\b(code|snippet|script|"
@@ -19,7 +19,6 @@ _CODE_CUES = re.compile(
     r"javascript|typescript|java|rust|golang|kotlin|swift|haskell|ruby|php|c\+\+|c#|bash|shell|sql|"
     r"html|css|json|yaml|api|refactor|unit tests?|one-liner|debug|stack trace|exception|variable|"
     r"loop|array|dict|component|react|pandas|numpy|git|awk|sed|grep)\b|\bin (go|c)\b", re.I)
-DOMAINS = ("code", "chat")
 
 
 def prompt_domain(prompt: str | Sequence[Message]) -> str:

@@ -82,7 +82,6 @@ def load_corpus(path: str | Path | None = None) -> Corpus:
 
 # Categories by the kind of text a reply is: code (and text about code) or prose.
 CODE_CATEGORIES = ("code_write", "code_fix", "code_explain")
-DOMAINS = ("code", "chat")
 _LANGUAGE_WORDS = frozenset((
     "python", "go", "golang", "rust", "javascript", "js", "typescript", "ts", "java", "kotlin", "c",
     "cpp", "c++", "c#", "csharp", "ruby", "haskell", "swift", "php", "sql", "bash", "shell", "html",

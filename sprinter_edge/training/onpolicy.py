@@ -51,8 +51,7 @@ class Behaviour:
 
 @dataclass
 class _Drafted:
-    features: DraftFeatures
-    logits: np.ndarray  # the draft's raw logits (the features keep only a reference)
+    features: DraftFeatures  # holds the draft's raw logits too
     scored: bool
     passed: bool = False
 
@@ -72,10 +71,10 @@ def _labels(drafted: _Drafted, target_logits: np.ndarray, params: SamplingParams
     target_token = int(np.argmax(target_logits))
     greedy_ok = float(target_token == x)
     if params.greedy:
-        p1, q1 = softmax(target_logits), softmax(drafted.logits)
+        p1, q1 = softmax(target_logits), softmax(drafted.features.logits)
         return {"target_token": target_token, "label_greedy": greedy_ok, "accept_prob": greedy_ok,
                 "tv": 1.0 - greedy_ok, "label_paper": float(q1[x] <= p1[x])}
-    p, q = distribution(target_logits, params), distribution(drafted.logits, params)
+    p, q = distribution(target_logits, params), distribution(drafted.features.logits, params)
     return {"target_token": target_token, "label_greedy": greedy_ok,
             "accept_prob": float(min(1.0, p[x] / q[x])) if q[x] > 0 else 0.0,
             "tv": 0.5 * float(np.abs(p - q).sum()), "label_paper": float(q[x] <= p[x])}
@@ -102,7 +101,7 @@ def trajectory(draft: LlamaModel, target: LlamaModel, prompt: list[int], params:
                               run_position=run, output_position=produced, temperature=temperature,
                               since_flag=since_flag, last_outcome=last_outcome)
             at_cap = run + 1 >= behaviour.run_cap
-            d = _Drafted(f, logits, scored=not (at_cap or draft.is_eog(token)))
+            d = _Drafted(f, scored=not (at_cap or draft.is_eog(token)))
             pending.append(d)
             if d.scored:
                 if behaviour.verifier.score(f) >= behaviour.threshold:

@@ -34,17 +34,24 @@ def train_and_export(data_dir: str | Path, out: str | Path, cfg: TrainConfig | N
                   extra={"sprinter.model": result.chosen.name,
                          "sprinter.corpus": json.dumps({"name": meta.get("corpus"),
                                                         "digest": meta.get("corpus_digest")})})
-    path = export(result.pipeline, out, **common)  # type: ignore[arg-type]
-    diff = parity(result.pipeline, path, result.test_x)
-    if diff > PARITY_TOLERANCE:
-        log.info("float32 ONNX differs from sklearn by %.2g: exporting in float64", diff)
-        path = export(result.pipeline, out, double=True, **common)  # type: ignore[arg-type]
-        diff = parity(result.pipeline, path, result.test_x)
-    if diff > PARITY_TOLERANCE:
-        raise SprinterError(f"ONNX export disagrees with scikit-learn by {diff:.2g} (> {PARITY_TOLERANCE})")
+    path, diff = _export_checked(result.pipeline, out, result.test_x, common)
     result.report["onnx_parity_max_abs_diff"] = diff
     result.report["onnx_bytes"] = Path(path).stat().st_size
     return result, result.report
+
+
+def _export_checked(pipeline: Any, out: str | Path, x: Any, common: dict[str, Any]) -> tuple[Path, float]:
+    """Export, check ONNX against scikit-learn on rows x; float64 when float32 is not close
+    enough; an error when neither is."""
+    path = export(pipeline, out, **common)
+    diff = parity(pipeline, path, x)
+    if diff > PARITY_TOLERANCE:
+        log.info("float32 ONNX differs from sklearn by %.2g: exporting in float64", diff)
+        path = export(pipeline, out, double=True, **common)
+        diff = parity(pipeline, path, x)
+    if diff > PARITY_TOLERANCE:
+        raise SprinterError(f"ONNX export disagrees with scikit-learn by {diff:.2g} (> {PARITY_TOLERANCE})")
+    return path, diff
 
 
 def ship_from_study(data: dict[str, Any], meta: dict[str, Any], name: str, out: str | Path, *,
@@ -63,7 +70,7 @@ def ship_from_study(data: dict[str, Any], meta: dict[str, Any], name: str, out: 
     if not cand.exportable:
         raise SprinterError(f"candidate {name!r} cannot be exported to ONNX")
     masks = study.split_by_group(data["group"], data["domain"], seed=seed)
-    train, calib, test = masks
+    _, calib, test = masks
     pipe = study.fit_final(data, cand, masks, "greedy", seed=seed)
     x = study._matrix(data, cand.layout)
     scores = pipe.predict_proba(x)[:, 1]
@@ -92,18 +99,12 @@ def ship_from_study(data: dict[str, Any], meta: dict[str, Any], name: str, out: 
                   default_threshold=presets.get("balanced", 0.5), presets=presets, table=table,
                   metrics={"study_candidate": name, "split": f"by prompt group, seed {seed}",
                            "preset_checks": checks},
-                  tv_pq=float(np.mean(data["tv"][te & (np.asarray(data["temperature"]) == 0)])),
+                  tv_pq=float(np.mean(data["tv"][te])),
                   extra={"sprinter.model": name, "sprinter.domain_presets": json.dumps(domain_presets),
                          "sprinter.data": json.dumps({"format": meta.get("format"),
                                                       "behaviour": meta.get("behaviour"),
                                                       "temperatures": meta.get("config", {}).get(
                                                           "temperatures")})})
-    path = export(pipe, out, **common)  # type: ignore[arg-type]
-    diff = parity(pipe, path, x[te][:2000])
-    if diff > PARITY_TOLERANCE:
-        path = export(pipe, out, double=True, **common)  # type: ignore[arg-type]
-        diff = parity(pipe, path, x[te][:2000])
-    if diff > PARITY_TOLERANCE:
-        raise SprinterError(f"ONNX export disagrees with scikit-learn by {diff:.2g} (> {PARITY_TOLERANCE})")
+    path, diff = _export_checked(pipe, out, x[te][:2000], common)
     return {"file": str(path), "candidate": name, "presets": presets, "domain_presets": domain_presets,
             "checks": checks, "onnx_parity_max_abs_diff": diff, "onnx_bytes": Path(path).stat().st_size}
