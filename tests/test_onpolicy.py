@@ -13,6 +13,7 @@ import pytest
 
 from sprinter_edge.decoding import SamplingParams
 from sprinter_edge.decoding.base import Origin
+from sprinter_edge.errors import SprinterError
 from sprinter_edge.numerics import softmax
 from sprinter_edge.training import onpolicy
 from sprinter_edge.training.collect import CollectConfig, collect, load_data
@@ -131,6 +132,12 @@ def test_on_policy_collection_resumes_and_loads(fixture_engine, tmp_path: Path) 
     s2 = collect(fixture_engine.draft, fixture_engine.target, corpus, tmp_path, cfg,
                  behaviour=behaviour, progress=False)
     assert s2.shards_written == 0 and s2.shards_skipped == 2
+    # resuming with another behaviour (here its threshold) would mix two policies: refused
+    with pytest.raises(SprinterError, match="another behaviour"):
+        collect(fixture_engine.draft, fixture_engine.target, corpus, tmp_path, cfg,
+                behaviour=onpolicy.Behaviour(Confidence(), THRESHOLD + 0.1, CAP), progress=False)
+    assert meta["behaviour"] == {"verifier": "confidence", "digest": None, "threshold": THRESHOLD,
+                                 "run_cap": CAP}
     with pytest.raises(Exception, match="behaviour"):
         collect(fixture_engine.draft, fixture_engine.target, corpus, tmp_path / "x", cfg, progress=False)
 
@@ -172,10 +179,11 @@ def test_cli_collects_on_policy_and_studies(fixture_target_path: Path, fixture_d
     assert "collected" in capsys.readouterr().out
     out = tmp_path / "study.json"
     assert main(["verifier", "study", "--data", str(data), "--out", str(out), "--boot", "50",
-                 "--candidates", "confidence,logreg-scalars", "--costs", "machine", *models]) == 0
+                 "--candidates", "confidence,logreg-scalars,logreg-embed-scalars", "--costs", "machine",
+                 *models]) == 0
     report = json.loads(out.read_text())
     assert set(report["comparison"]) == {"greedy", "sampled"}
-    assert "logreg-scalars" in report["candidates"]
+    assert {"logreg-scalars", "logreg-embed-scalars"} <= set(report["candidates"])  # rows from the GGUF
     assert out.with_suffix(".md").read_text().startswith("## Split")
     # ship the calibrated confidence rule with presets per regime and domain; the engine uses them
     onnx = tmp_path / "shipped.onnx"
@@ -239,3 +247,22 @@ def test_presets_per_domain_and_regime() -> None:
     assert prompt_domain("Give me three tips for a good night's sleep.") == "chat"
     assert prompt_domain([{"role": "system", "content": "You write python code."},
                           {"role": "user", "content": "Tell me a joke."}]) == "chat"
+
+
+def test_embedding_rows_are_the_drafts_own(fixture_engine) -> None:
+    """The rows read from the GGUF are the ones llama.cpp multiplies: the fixture draft ties its
+    output head to the token embeddings, so logits == final hidden state . row."""
+    from sprinter_edge.training.embeddings import token_embedding_rows
+
+    draft = fixture_engine.draft
+    draft.reset()
+    out = draft.eval(draft.tokenize("def add(a, b):\n    return"), hidden=True)
+    logits, hidden = out.logits[-1], out.hidden[-1]
+    ids = np.argsort(logits)[::-1][:50]
+    ids = np.concatenate([ids, np.arange(0, draft.n_vocab, 997)])
+    rows = token_embedding_rows(draft.path, ids)
+    assert rows.shape == (len(ids), draft.n_embd) and rows.dtype == np.float32
+    np.testing.assert_allclose(rows @ hidden, logits[ids], rtol=0, atol=0.05 * np.abs(logits[ids]).max())
+    assert np.corrcoef(rows @ hidden, logits[ids])[0, 1] > 0.999
+    with pytest.raises(SprinterError, match="outside the vocabulary"):
+        token_embedding_rows(draft.path, np.array([draft.n_vocab]))

@@ -69,6 +69,8 @@ def _synthetic(n_groups: int = 50, prompts_per_group: int = 2, tokens: int = 30,
                 for k, v in block.items():
                     cols.setdefault(k, []).append(np.asarray(v))
             prompt += 1
+    data_tokens = np.concatenate(cols["token"])
+    cols["embedding"] = [rng.normal(size=(1000, 8))[data_tokens]]  # a fixed row per token id
     dtypes = {"token": np.int32, "prompt_index": np.int32, "group": np.int32, "domain": np.uint8,
               "label_greedy": np.uint8, "label_paper": np.uint8, "scored": np.uint8, "hidden": np.float16}
     data = {k: np.concatenate(v).astype(dtypes.get(k, np.float32)) for k, v in cols.items()}
@@ -310,7 +312,8 @@ def test_every_candidate_fits_and_the_time_budget_skips() -> None:
     rep = run_study(d, _cfg(candidates=None, n_boot=100))
     assert list(rep["candidates"]) == [c.name for c in study.CANDIDATES] and not rep["skipped"]
     for name, c in rep["candidates"].items():
-        assert c["exportable"] == (name not in ("hgb-proj-scalars", "logreg-token-scalars"))
+        assert c["exportable"] == (name not in ("hgb-proj-scalars", "logreg-token-scalars",
+                                                "logreg-embed-scalars", "logreg-hidden-embed-scalars"))
         for regime, r in c["regimes"].items():
             assert 0.5 < r["auc"]["all"] <= 1, (name, regime)
             if regime == "sampled":  # soft target through sample weights
@@ -318,3 +321,13 @@ def test_every_candidate_fits_and_the_time_budget_skips() -> None:
     lean = run_study(d, _cfg(candidates=None, n_boot=100, time_budget_s=0.0))
     assert list(lean["candidates"]) == ["confidence"] and len(lean["skipped"]) == len(study.CANDIDATES) - 1
     assert lean["decision"]["best"] is None
+
+
+def test_candidates_without_their_column_are_skipped_with_the_reason() -> None:
+    d = _synthetic(n_groups=12, tokens=10, seed=7)
+    del d["embedding"]
+    rep = run_study(d, _cfg(candidates=("logreg-embed-scalars", "logreg-scalars"), n_boot=50))
+    assert list(rep["candidates"]) == ["confidence", "logreg-scalars"]
+    assert rep["skipped"] == ["logreg-embed-scalars"]
+    assert rep["skipped_why"]["logreg-embed-scalars"] == "no embedding in the data"
+    assert "logreg-embed-scalars (no embedding in the data)" in study.report_markdown(rep)

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import SprinterError
 from ..verifiers.calibration import (
@@ -122,6 +123,12 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
                         "temperatures (default: %(default)s)")
     p.add_argument("--run-cap", type=int, default=16,
                    help="--policy sprinter: the decoder's run cap (default: %(default)s, auto's)")
+    p.add_argument("--verifier", default="auto",
+                   help="--policy sprinter: the behaviour verifier that decodes the trajectories "
+                        "(auto, confidence, hidden or an .onnx path; default: %(default)s)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="--policy sprinter: the behaviour verifier's threshold (default: its "
+                        "balanced preset). A resumed collection must keep verifier and threshold")
     add_hardware_args(p)
     p.set_defaults(ctx=2048)
 
@@ -143,8 +150,9 @@ def _do_collect(args: argparse.Namespace, budget_s: float | None) -> None:
         raise SprinterError("--temperatures needs one or more temperatures >= 0")
     behaviour = None
     if policy == "sprinter":
-        behaviour = Behaviour(engine.verifier, engine.threshold(OperatingPoint(preset="balanced")),
-                              args.run_cap)
+        point = (OperatingPoint(threshold=args.threshold) if args.threshold is not None
+                 else OperatingPoint(preset="balanced"))
+        behaviour = Behaviour(engine.verifier, engine.threshold(point), args.run_cap)
     cfg = CollectConfig(max_new_tokens=args.max_new_tokens, shard_size=args.shard_size, seed=args.seed,
                         limit=args.limit, time_budget_s=budget_s, policy=policy,
                         temperatures=temps if policy == "sprinter" else (0.0,),
@@ -194,6 +202,27 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wants_embedding(names: tuple[str, ...] | None) -> bool:
+    from ..training.study import CANDIDATES, candidate
+
+    cands = [candidate(n) for n in names] if names else list(CANDIDATES)
+    return any("embedding" in c.layout for c in cands)
+
+
+def _draft_embeddings(engine: Any, meta: dict[str, Any], tokens: Any) -> Any:
+    """The draft's input-embedding rows of the drawn tokens, from the very draft the data
+    was collected with (checked by fingerprint)."""
+    from ..training.embeddings import token_embedding_rows
+
+    want = meta.get("pair", {}).get("draft", {})
+    got = engine.draft.fingerprint()
+    if want.get("fingerprint") != got:
+        raise SprinterError(f"the data was collected with draft {want.get('file')} "
+                            f"({want.get('fingerprint')}), not {engine.draft_path.name} ({got}): "
+                            "pass the same --pair or --draft/--target")
+    return token_embedding_rows(engine.draft_path, tokens)
+
+
 def run_study(args: argparse.Namespace) -> int:
     from ..training.collect import load_data
     from ..training.study import StudyConfig, report_markdown, run_study
@@ -202,17 +231,22 @@ def run_study(args: argparse.Namespace) -> int:
     if "accept_prob" not in data:
         raise SprinterError(f"{args.data} holds draft-greedy data: the study needs on-policy data "
                             "(`sprinter-edge verifier collect --policy sprinter`)")
+    names = tuple(args.candidates.split(",")) if args.candidates else None
     cost: Callable[[float], float] | None = None  # None: the study's reference table
-    if args.costs == "machine":
-        from ..planning.costs import machine_costs
+    if args.costs == "machine" or _wants_embedding(names):
+        engine = engine_from(args, method="sd")  # resolves both files; loads only what is read
+        if _wants_embedding(names):
+            data = dict(data) | {"embedding": _draft_embeddings(engine, meta, data["token"])}
+        if args.costs == "machine":
+            from ..planning.costs import machine_costs
 
-        engine = engine_from(args, method="ar")
-        table = machine_costs(engine.target)
+            table = machine_costs(engine.target)
+
+            def cost(n: float) -> float:  # a catch-up asks for two rows (flagged + bonus)
+                return table.cost(n, rows=2.0)
         engine.close()
-        def cost(n: float) -> float:  # a catch-up asks for two rows (flagged + bonus)
-            return table.cost(n, rows=2.0)
     cfg = StudyConfig(seed=args.split_seed, cap=args.run_cap, cost=cost, n_boot=args.boot,
-                      candidates=tuple(args.candidates.split(",")) if args.candidates else None,
+                      candidates=names,
                       time_budget_s=args.time_budget * 60 if args.time_budget else None, n_threads=None)
     if (args.ship is None) != (args.export is None):
         raise SprinterError("--ship and --export go together")

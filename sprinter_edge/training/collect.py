@@ -210,10 +210,12 @@ def _check_resume(out_dir: Path, meta: dict[str, object]) -> None:
     if not path.exists():
         return
     old = json.loads(path.read_text())
-    for key in ("format", "pair", "corpus", "corpus_digest", "config"):
-        if old.get(key) != json.loads(json.dumps(meta.get(key))):  # as written: tuples are lists
-            raise SprinterError(
-                f"{out_dir} holds data collected with another {key}; use a new --out directory")
+    for key in ("format", "pair", "corpus", "corpus_digest", "config", "behaviour"):
+        was, now = old.get(key), json.loads(json.dumps(meta.get(key)))  # as written: tuples are lists
+        if was != now:
+            detail = f" (it has {was}, this run {now})" if key in ("config", "behaviour") else ""
+            raise SprinterError(f"{out_dir} holds data collected with another {key}{detail}; "
+                                "resume with the same settings or use a new --data directory")
 
 
 def _batches(items: list[CorpusPrompt], size: int) -> Iterator[tuple[int, list[CorpusPrompt]]]:
@@ -263,8 +265,7 @@ def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str 
     }
     if on_policy:
         assert behaviour is not None
-        meta["behaviour"] = {"verifier": behaviour.verifier.name, "threshold": behaviour.threshold,
-                             "run_cap": behaviour.run_cap}
+        meta["behaviour"] = behaviour.describe()
         meta["prompts"] = [{"id": p.id, "category": p.category, "domain": domain_of(p), "group": g}
                            for p, g in zip(corpus.prompts, groups, strict=True)]
     _check_resume(out, meta)

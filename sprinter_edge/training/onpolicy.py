@@ -23,6 +23,7 @@ along the same trajectory prices them right.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from dataclasses import dataclass
 
@@ -47,6 +48,14 @@ class Behaviour:
     verifier: Verifier
     threshold: float
     run_cap: int = 16
+
+    def describe(self) -> dict[str, object]:
+        """What identifies the behaviour in the data's metadata: a verifier file by its content,
+        since a recalibrated file keeps its name but moves its thresholds."""
+        path = getattr(self.verifier, "path", None)
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None else None
+        return {"verifier": self.verifier.name, "digest": digest, "threshold": self.threshold,
+                "run_cap": self.run_cap}
 
 
 @dataclass

@@ -45,9 +45,10 @@ log = logging.getLogger(__name__)
 
 SCALARS = ("max_prob", "entropy", "margin", "logq_x", "q_ratio", "run_position", "since_flag",
            "last_accepted", "last_rejected", "output_position")
-# "token" (the drawn token's id) is read only through a learned token table (TargetEncoder):
-# a study feature; no run-time verifier reads it yet
-FEATURE_NAMES = ("hidden", *SCALARS, "token")
+# Study features no run-time verifier reads yet: "token" (the drawn token's id, read only through
+# a learned token table, TargetEncoder) and "embedding" (the draft's input-embedding row of the
+# drawn token, added from the draft GGUF by `training.embeddings`; absent: its candidates skip)
+FEATURE_NAMES = ("hidden", *SCALARS, "token", "embedding")
 DOMAINS = {0: "code", 1: "chat"}
 REGIMES = ("greedy", "sampled")
 # regime -> the label AUC is reported on (context only, not the decision)
@@ -331,6 +332,15 @@ CANDIDATES: tuple[StudyCandidate, ...] = (
                    "logistic regression on all scalars + a learned token table (the drawn token's "
                    "cross-fitted, smoothed acceptance rate on the train groups)",
                    exportable=False),
+    StudyCandidate("logreg-embed-scalars", ("embedding", *SCALARS), lambda d, s: _logreg(300),
+                   "logistic regression on the draft's input-embedding row of the drawn token + all "
+                   "scalar features",
+                   grid={"clf__C": [1e-4, 1e-3, 1e-2, 1e-1]}, exportable=False),
+    StudyCandidate("logreg-hidden-embed-scalars", ("hidden", "embedding", *SCALARS),
+                   lambda d, s: _logreg(300),
+                   "logistic regression on the full hidden state + the drawn token's input-embedding "
+                   "row + all scalar features",
+                   grid={"clf__C": [1e-4, 1e-3, 1e-2, 1e-1]}, exportable=False),
     StudyCandidate("logreg-hidden-scalars", ("hidden", *SCALARS), lambda d, s: _logreg(300),
                    "logistic regression on the full hidden state + all scalar features",
                    grid={"clf__C": [1e-4, 1e-3, 1e-2, 1e-1]}),
@@ -773,7 +783,7 @@ def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
         "split": _split_summary(data, masks),
         "regimes": {r: {"tokens": int(_regime_mask(data, r).sum()), "auc_label": AUC_LABEL[r]}
                     for r in regimes},
-        "candidates": {}, "comparison": {}, "presets": {}, "skipped": [],
+        "candidates": {}, "comparison": {}, "presets": {}, "skipped": [], "skipped_why": {},
     }
     scores: dict[str, dict[str, np.ndarray]] = {r: {} for r in regimes}
     for cand in cands:
@@ -781,6 +791,13 @@ def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
                 and time.monotonic() - t_start > cfg.time_budget_s):
             log.warning("time budget of %.0f s spent: candidate %s skipped", cfg.time_budget_s, cand.name)
             report["skipped"].append(cand.name)
+            report["skipped_why"][cand.name] = "time budget"
+            continue
+        absent = [name for name in cand.layout if name not in data]
+        if absent:
+            log.warning("candidate %s skipped: the data has no %s", cand.name, ", ".join(absent))
+            report["skipped"].append(cand.name)
+            report["skipped_why"][cand.name] = f"no {', '.join(absent)} in the data"
             continue
         entry: dict[str, Any] = {"layout": list(cand.layout), "about": cand.about,
                                  "exportable": cand.exportable, "regimes": {}}
@@ -814,7 +831,8 @@ def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
             reference_thresholds=cfg.reference_thresholds, cost=cost, cap=cfg.cap, n_boot=cfg.n_boot,
             seed=cfg.seed)
     others = [c for c in report["candidates"] if c != REFERENCE]
-    hidden = [c for c in others if "hidden" in report["candidates"][c]["layout"]]
+    hidden = [c for c in others if "hidden" in report["candidates"][c]["layout"]
+              and report["candidates"][c]["exportable"]]
     report["decision"] = _decide(report["comparison"], others, cfg.target_reduction, hidden)
     report["seconds"] = time.monotonic() - t_start
     log.info("study done in %.1f s: winners %s", report["seconds"], report["decision"]["wins_all_regimes"])
@@ -849,7 +867,9 @@ def report_markdown(report: Mapping[str, Any]) -> str:
                          f"{r['params'] or '-'} | {_f(us['batch_us_per_row'], '.1f')}, "
                          f"{_f(us['single_row_us'], '.0f')} | {_f(r['auc'].get('all'))} |")
     if report.get("skipped"):
-        lines.append(f"\nSkipped (time budget): {', '.join(report['skipped'])}")
+        why = report.get("skipped_why", {})
+        lines.append("\nSkipped: " + ", ".join(f"{n} ({why.get(n, 'time budget')})"
+                                               for n in report["skipped"]))
     lines += ["", "## False passes at matched target cost (test groups)", "",
               "Reduction = 1 - FP_cand / FP_confidence, 95% CI over test groups; cost = candidate / "
               "reference target ms; * = the reference keeps nothing or passes nothing false there.", ""]
