@@ -211,6 +211,12 @@ class Engine:
         for a request of this domain ("code" | "chat") and regime ("greedy" | "sampled")."""
         return (point or self.settings.point).resolve(verifier or self.verifier, domain, regime)
 
+    def reset_caches(self) -> None:
+        """Empty both KV caches (the next call reads its prompt from scratch)."""
+        for m in (self._draft, self._target):
+            if m is not None:
+                m.reset()
+
     def close(self) -> None:
         for m in (self._draft, self._target):
             if m is not None:

@@ -15,6 +15,7 @@ from sprinter_edge.bench.prompts import BenchPrompt, humaneval_prompts
 from sprinter_edge.cli import main
 from sprinter_edge.decoding.base import Origin
 from sprinter_edge.decoding.sampling import distribution
+from sprinter_edge.errors import SprinterError
 from sprinter_edge.numerics import total_variation
 
 
@@ -161,12 +162,28 @@ def test_tv_drift_hand_made_greedy_and_temperature() -> None:
 
 
 def test_bench_runs_at_temperature_one(fixture_engine) -> None:  # type: ignore[no-untyped-def]
-    specs = runner.expand_methods(["sprinter"], [0.5])
-    cfg = runner.RunConfig(max_tokens=12, temperature=1.0, warmup=False)
+    specs = runner.expand_methods(["sprinter"], [0.5], (), ["confidence", "never-flag"])
+    cfg = runner.RunConfig(max_tokens=12, temperature=1.0, warmup=False, seed=3)
     bench = runner.Runner(fixture_engine, specs, cfg)
-    records = bench.run([BenchPrompt("chat/t1", "Write a haiku about the sea.")])
+    resets = []
+    reset = fixture_engine.reset_caches
+    fixture_engine.reset_caches = lambda: (resets.append(1), reset())  # type: ignore[method-assign]
+    try:
+        records = bench.run([BenchPrompt("chat/t1", "Write a haiku about the sea.")])
+    finally:
+        del fixture_engine.reset_caches
     rows = summary.summarize(records, specs)
-    row = next(r for r in rows if r["kind"] == "sprinter")
+    # every row read its prompt from empty caches (comparable time to first token)
+    assert len(resets) == len(records) == 3
+    assert fixture_engine.target.tokens and fixture_engine.draft.tokens
+    fixture_engine.reset_caches()
+    assert not fixture_engine.target.tokens and not fixture_engine.draft.tokens
+    # the verifier of each row is its own: never-flag keeps every drafted token it scores
+    by_label = {r.method: r.stats for r in records}
+    assert by_label["sprinter@0.5[never-flag]"]["verifier"] == "never-flag"
+    assert by_label["sprinter@0.5[never-flag]"]["flags"] == 0
+    assert by_label["sprinter@0.5[confidence]"]["verifier"] == "confidence"
+    row = next(r for r in rows if r["method"] == "sprinter@0.5[confidence]")
     fp = next(r for r in records if r.method == row["method"]).false_pass
     assert fp is not None and fp["sampling"] == {"temperature": 1.0, "top_k": 0, "top_p": 1.0,
                                                  "greedy": False}
@@ -202,3 +219,27 @@ def test_preset_rows_are_resolved_by_the_engine() -> None:
         ("ar", None, None), ("sprinter:quality", "quality", None), ("sprinter:balanced", "balanced", None)]
     by_threshold = runner.expand_methods(["sprinter"], [0.5], ["quality"])
     assert [s.label for s in by_threshold] == ["ar", "sprinter@0.5"]
+    # several verifiers: the sprinter rows once per verifier, side by side
+    both = runner.expand_methods(["ar", "sprinter"], [], ["balanced"], ["auto", "hidden"])
+    assert [(s.label, s.verifier) for s in both] == [
+        ("ar", None), ("sprinter:balanced[auto]", "auto"), ("sprinter:balanced[hidden]", "hidden")]
+    assert [s.verifier for s in runner.expand_methods(["sprinter"], [0.5], (), ["auto"])] == [None, None]
+
+
+def test_bench_flags_resolve_to_a_config() -> None:
+    from sprinter_edge.cli import build_parser
+    from sprinter_edge.cli.bench import config_from
+
+    def cfg(*flags: str):  # type: ignore[no-untyped-def]
+        return config_from(build_parser().parse_args(["bench", *flags]))
+
+    c = cfg("--thresholds", "balanced", "--verifier", "auto,hidden", "--temperature", "0.7", "--seed", "5")
+    assert c.thresholds is None and tuple(c.presets) == ("balanced",)
+    assert list(c.verifiers) == ["auto", "hidden"] and c.temperature == 0.7 and c.seed == 5
+    c = cfg("--thresholds", "0.5,0.7")
+    assert c.thresholds == [0.5, 0.7] and not c.verifiers and c.temperature == 0.0
+    assert tuple(cfg().presets) == ("quality", "balanced", "fast") and cfg().thresholds is None
+    with pytest.raises(SprinterError, match="preset names"):
+        cfg("--thresholds", "balanced,0.x")
+    with pytest.raises(SprinterError, match="temperature"):
+        cfg("--temperature", "-1")

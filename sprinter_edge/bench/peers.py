@@ -128,16 +128,21 @@ class LlamaCppPeer:
                                     n_threads=n_threads) if draft else None
         self.llm = _llama(target, n_ctx, n_threads, draft_model=self.draft)
 
-    def generate(self, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = ()) -> PeerRun:
-        """Greedy completion of the prompt tokens, streamed to time the first token."""
+    def generate(self, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = (),
+                 temperature: float = 0.0, seed: int | None = None) -> PeerRun:
+        """Completion of the prompt tokens (greedy, or sampled from the full distribution at
+        `temperature`), streamed to time the first token."""
         llm = self.llm
+        llm.reset()  # read the prompt anew, as the engine rows do: comparable TTFT
         t0 = time.perf_counter()
         t_first = None
         text = ""
         finish = ""
-        for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0,
-                                           top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0,
-                                           stop=list(stop) or None, stream=True):
+        sampling = (dict(temperature=0.0, top_k=1) if temperature <= 0
+                    else dict(temperature=temperature, top_k=0, seed=seed))
+        for chunk in llm.create_completion(prompt, max_tokens=max_tokens, top_p=1.0, min_p=0.0,
+                                           repeat_penalty=1.0, stop=list(stop) or None, stream=True,
+                                           **sampling):
             if t_first is None:
                 t_first = time.perf_counter()
             choice = chunk["choices"][0]

@@ -73,6 +73,7 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
     json_path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
     lines = ["# sprinter-edge bench", "", f"command: `{data.get('command', '')}`", "",
              f"machine: {data.get('machine', {}).get('description', '')}", "",
+             f"decoding: {_decoding(data.get('config', {}))}", "",
              markdown_table(rows), "",
              "time split: share of decode time in draft / target / verifier / other (prefill "
              "excluded). pred tok/s: the cost model from this machine's measured decode costs "
@@ -84,6 +85,13 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
         lines += ["## notes", "", *[f"- {n}" for n in data["notes"]], ""]
     md_path.write_text("\n".join(lines), encoding="utf-8")
     return json_path, md_path
+
+
+def _decoding(config: dict) -> str:
+    t = config.get("temperature") or 0.0
+    how = ("greedy" if t <= 0 else f"sampled at temperature {t:g} (top-k, top-p off; seed "
+           f"{config.get('seed', 0)} + prompt index)")
+    return f"{how}; up to {config.get('max_tokens', '?')} new tokens"
 
 
 def cost_table(cost: dict) -> str:

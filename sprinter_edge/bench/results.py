@@ -19,6 +19,7 @@ from pathlib import Path
 from ..api import Engine
 from ..errors import SprinterError
 from ..planning.costs import cpu_name
+from ..verifiers.loading import resolve_verifier
 from . import costmodel, peers, plot, prompts, report, runner, summary
 
 DEFAULTS = dict(humaneval=12, chat=4, max_tokens=128)
@@ -39,6 +40,10 @@ class BenchConfig:
     methods: Sequence[str] = ("ar", "auto", "sd", "sprinter", "oracle", "draft", "llama-cpp",
                               "llama-cpp-draft")
     thresholds: Sequence[float] | None = None  # sprinter rows; None: the verifier's presets
+    presets: Sequence[str] = ("quality", "balanced", "fast")  # which presets, when thresholds is None
+    verifiers: Sequence[str] = ()  # more than one: the sprinter rows once per verifier spec
+    temperature: float = 0.0  # 0: greedy; else every row samples (prompt i with seed + i)
+    seed: int = 0
     humaneval: int = DEFAULTS["humaneval"]  # the first N HumanEval problems
     chat: int = DEFAULTS["chat"]  # built-in chat prompts
     prompt_file: str | Path | None = None  # extra prompts
@@ -119,11 +124,13 @@ def plan(engine: Engine, config: BenchConfig,
     if config.thresholds is None:  # the verifier's named presets, resolved per prompt
         thresholds = []
         if "sprinter" in methods:
-            presets = [p for p in ("quality", "balanced", "fast") if p in engine.verifier.presets]
+            vers = ([resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers]
+                    if len(config.verifiers) > 1 else [engine.verifier])
+            presets = [p for p in config.presets if all(p in v.presets for v in vers)]
     else:
         thresholds = list(config.thresholds)
     try:
-        specs = runner.expand_methods(methods, thresholds, presets)
+        specs = runner.expand_methods(methods, thresholds, presets, config.verifiers)
     except ValueError as exc:
         raise SprinterError(f"--methods/--thresholds: {exc}") from None
     return BenchPlan(bench_prompts, specs, notes)
@@ -140,7 +147,8 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
         say("measuring decode costs (batches " + ",".join(map(str, config.cost_sizes)) + ")")
         cost = costmodel.CostModel(costmodel.measure(engine.target, config.cost_sizes, config.cost_repeats),
                                    costmodel.measure(engine.draft, config.cost_sizes, config.cost_repeats))
-    cfg = runner.RunConfig(max_tokens=config.max_tokens, warmup=config.warmup, rescore=config.rescore,
+    cfg = runner.RunConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed,
+                           warmup=config.warmup, rescore=config.rescore,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
                            draft_len=config.draft_len, peer_ctx=config.peer_ctx)
     bench = runner.Runner(engine, specs, cfg)
@@ -161,7 +169,9 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
         "machine": machine(config.threads),
         "config": {"pair": config.pair, "target": str(engine.target_path),
                    "draft": str(engine.draft_path), "methods": [s.label for s in specs],
-                   "verifier": verifier, "run_cap": config.run_cap, "draft_len": config.draft_len,
+                   "verifier": verifier, "verifiers": list(config.verifiers) or None,
+                   "temperature": config.temperature, "seed": config.seed,
+                   "run_cap": config.run_cap, "draft_len": config.draft_len,
                    "max_tokens": config.max_tokens, "prompts": [p.id for p in bench_plan.prompts],
                    "wall_seconds": round(wall, 1)},
         "cost_model": cost.to_dict() if cost else None,

@@ -17,6 +17,8 @@ from pathlib import Path
 from ..api import Engine
 from ..decoding import SamplingParams, get_strategy
 from ..decoding.base import Origin, Stats
+from ..verifiers.base import Verifier
+from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
 from . import memory, quality
@@ -38,6 +40,7 @@ class MethodSpec:
     kind: str  # ar, sd, sprinter, oracle, draft, llama-cpp, llama-cpp-draft
     threshold: float | None = None
     preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
+    verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
 
     @property
     def engine_method(self) -> str:
@@ -50,19 +53,25 @@ class MethodSpec:
 
 
 def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
-                   presets: Sequence[str] = ()) -> list[MethodSpec]:
+                   presets: Sequence[str] = (), verifiers: Sequence[str] = ()) -> list[MethodSpec]:
     """`sprinter` becomes one row per threshold, or per named preset (resolved by the engine
-    for each prompt's domain, as a user's --preset is), else the verifier's default."""
+    for each prompt's domain, as a user's --preset is), else the verifier's default; and
+    those rows once per verifier in `verifiers` (labelled `[spec]`) when more than one."""
     specs: list[MethodSpec] = []
     for name in names:
         if name not in ALL_METHODS:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
-        if name == "sprinter" and thresholds:
-            specs += [MethodSpec(f"sprinter@{t:g}", "sprinter", t) for t in thresholds]
-        elif name == "sprinter" and presets:
-            specs += [MethodSpec(f"sprinter:{p}", "sprinter", preset=p) for p in presets]
-        else:
+        if name != "sprinter":
             specs.append(MethodSpec(name, name))
+            continue
+        for v in (verifiers if len(verifiers) > 1 else [None]):
+            tag = f"[{v}]" if v else ""
+            if thresholds:
+                specs += [MethodSpec(f"sprinter@{t:g}{tag}", "sprinter", t, verifier=v) for t in thresholds]
+            elif presets:
+                specs += [MethodSpec(f"sprinter:{p}{tag}", "sprinter", preset=p, verifier=v) for p in presets]
+            else:
+                specs.append(MethodSpec(f"sprinter{tag}", "sprinter", verifier=v))
     if not any(s.kind == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", "ar"))  # the reference every ratio needs
     return specs
@@ -103,6 +112,7 @@ class RunRecord:
 class RunConfig:
     max_tokens: int = 128
     temperature: float = 0.0
+    seed: int = 0  # under sampling, prompt i is decoded with seed + i by every row
     warmup: bool = True
     humaneval_timeout: float = 10.0
     peer_ctx: int = 2048
@@ -123,6 +133,7 @@ class Runner:
         self.target_path = target_path or engine.target_path
         self.draft_path = draft_path or engine.draft_path
         self.peers: dict[str, LlamaCppPeer] = {}
+        self.verifiers: dict[str, Verifier] = {}
         self.interrupted = False
 
     # ------------------------------------------------------------------ set-up
@@ -140,31 +151,44 @@ class Runner:
         self.peers.clear()
 
     # ------------------------------------------------------------------ one run
+    def _verifier(self, spec: MethodSpec, reference: list[int] | None) -> Verifier | None:
+        if spec.kind == "oracle":
+            return Oracle(reference or [])
+        if spec.verifier is None:
+            return None  # the engine's
+        if spec.verifier not in self.verifiers:
+            e = self.engine
+            self.verifiers[spec.verifier] = resolve_verifier(spec.verifier, e.pair, e.draft, e.target)
+        return self.verifiers[spec.verifier]
+
     def _run_engine(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                    max_tokens: int, stop: tuple[str, ...] = ()
+                    max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0
                     ) -> tuple[list[int], str, Stats, list[Origin]]:
-        verifier = Oracle(reference or []) if spec.kind == "oracle" else None
+        verifier = self._verifier(spec, reference)
         threshold = 0.5 if spec.kind == "oracle" else spec.threshold
         point = (OperatingPoint(threshold=threshold) if threshold is not None
                  else OperatingPoint(preset=spec.preset) if spec.preset else None)
-        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop)
+        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop,
+                                seed=self.config.seed + seed)
+        self.engine.reset_caches()  # every row pays its own prefill: comparable TTFT
         res = self.engine.generate(prompt, params, method=spec.engine_method, operating_point=point,
                                    verifier=verifier)
         return res.token_ids, res.text, res.stats, res.origins
 
     def run_one(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                max_tokens: int, stop: tuple[str, ...] = ()
+                max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0
                 ) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
         memory.reset_peak()
         if spec.kind in PEER_METHODS:
-            r = self._peer(spec.kind).generate(prompt, max_tokens, stop)
+            r = self._peer(spec.kind).generate(prompt, max_tokens, stop, self.config.temperature,
+                                               self.config.seed + seed)
             stats = {"method": spec.kind, "new_tokens": r.new_tokens, "prefill_seconds": r.prefill_seconds,
                      "decode_seconds": r.decode_seconds, "total_seconds": r.total_seconds,
                      "finish_reason": r.finish_reason,
                      "tokens_per_second": round(r.tokens_per_second, 3)}
             return (r.tokens, r.text, None, [], stats, r.decode_seconds,
                     max(r.new_tokens - 1, 0))
-        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop)
+        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop, seed)
         return tokens, text, st, origins, st.to_dict(), st.decode_seconds, st.new_tokens
 
     # ------------------------------------------------------------------ the loop
@@ -202,7 +226,7 @@ class Runner:
         ref_text = ""
         for spec in order:
             tokens, text, st, origins, sdict, dec_s, timed_tokens = self.run_one(
-                spec, toks, reference, self.config.max_tokens, bp.stop)
+                spec, toks, reference, self.config.max_tokens, bp.stop, seed=i)
             rec = RunRecord(spec.label, bp.id, bp.kind, text, tokens, sdict,
                             len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
                             memory.peak_rss_mib(), _origins=origins, _stats=st)

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..bench import costmodel
 from ..bench.results import DEFAULTS, QUICK, BenchConfig
 from ..errors import SprinterError
+from ..verifiers.calibration import PRESETS
 from .common import add_hardware_args, add_model_args, engine_from
 from .extras import require
 
@@ -34,12 +35,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
                         "'presets' = one row per named preset (quality/balanced/fast), "
-                        "resolved for each prompt's domain as --preset is; "
+                        "resolved for each prompt's domain as --preset is, or some of their "
+                        "names (e.g. balanced); "
                         "empty = the verifier's default only")
     g.add_argument("--verifier", default="auto",
                    help="sprinter verifier: auto (the pair's trained one, else the confidence "
                         "rule), hidden (the pair's hidden-state option), confidence, always-flag, "
-                        "never-flag, or an .onnx path")
+                        "never-flag, or an .onnx path; several, comma-separated (e.g. auto,hidden): "
+                        "the sprinter rows once per verifier, labelled [verifier], side by side")
+    g.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature of every row (0 = greedy; top-k and top-p off); "
+                        "the drift columns are measured at it")
+    g.add_argument("--seed", type=int, default=0,
+                   help="under sampling, prompt i is decoded with seed + i by every row")
     g.add_argument("--run-cap", type=int, default=20,
                    help="sprinter: longest run kept without the target (0 = no cap)")
     g.add_argument("--draft-len", type=int, default=4,
@@ -82,16 +90,30 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     base = QUICK if args.quick else DEFAULTS
     humaneval, chat, max_tokens = (getattr(args, k) if getattr(args, k) is not None else base[k]
                                    for k in ("humaneval", "chat", "max_tokens"))
-    if args.thresholds.strip() == "presets":
-        thresholds = None
+    items = [t.strip() for t in args.thresholds.split(",") if t.strip()]
+    thresholds: list[float] | None = None
+    presets: tuple[str, ...] = PRESETS
+    if items == ["presets"]:
+        pass
+    elif items and all(t in PRESETS for t in items):
+        presets = tuple(items)
     else:
         try:
-            thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
+            thresholds = [float(t) for t in items]
         except ValueError as exc:
-            raise SprinterError(f"--methods/--thresholds: {exc}") from None
+            raise SprinterError(f"--thresholds takes numbers, 'presets' or preset names "
+                                f"({', '.join(PRESETS)}): {exc}") from None
+    if args.temperature < 0:
+        raise SprinterError("--temperature must be >= 0")
+    verifiers = [v.strip() for v in args.verifier.split(",") if v.strip()]
+    if not verifiers:
+        raise SprinterError("--verifier needs a verifier name or path")
+    args.verifier = verifiers[0]  # the engine's own; the others are per-row
     sizes, repeats = (QUICK["sizes"], QUICK["repeats"]) if args.quick else (costmodel.SIZES, 3)
     return BenchConfig(
         methods=[m.strip() for m in args.methods.split(",") if m.strip()], thresholds=thresholds,
+        presets=presets,
+        verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
