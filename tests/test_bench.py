@@ -84,7 +84,7 @@ def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: P
     sprinter = next(r for r in data["rows"] if r["kind"] == "sprinter")
     assert sprinter["eta_fp"] is not None and "time_split" in sprinter
     md = (out / "bench.md").read_text()
-    assert "| method |" in md and "TV drift/tok" in md and "TV bound" not in md
+    assert "| method |" in md and "TV drift/tok" in md and "FP mass/tok" in md and "TV bound" not in md
     # the TV figures recomputed from the raw per-token values of the runs (greedy run)
     for row in (r for r in data["rows"] if r["kind"] in ("sprinter", "oracle")):
         runs = [r for r in data["runs"] if r["method"] == row["method"] and r["false_pass"]]
@@ -102,6 +102,11 @@ def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: P
         rejected = sum(r["false_pass"]["rejected"] for r in runs)
         eta = fp / (fp + rejected) if fp + rejected else 0.0
         assert row["tv_drift"] == pytest.approx(drift) and row["eta_fp"] == pytest.approx(eta)
+        reject = [x for r in runs for x in r["false_pass"]["per_token"]["reject"]]
+        kept_pairs = [(x, t) for k, x, t in zip(kept, reject, tv, strict=True) if k]
+        assert all(x == t for x, t in kept_pairs)  # greedy: a kept draft argmax is rejected iff
+        fp_mass = sum(k * x for k, x in zip(kept, reject, strict=True)) / len(tv)  # argmaxes differ
+        assert row["fp_mass"] == pytest.approx(fp_mass) == pytest.approx(drift)
         assert row["eta_fp_x_p_differs"] == pytest.approx(eta * sum(differs) / len(differs))
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -134,12 +139,22 @@ def test_tv_drift_hand_made_greedy_and_temperature() -> None:
     assert (fp.kept, fp.false_pass, fp.eta_fp) == (2, 1, 0.5)
     assert fp.tv_drift == pytest.approx(1 / 4)  # kept * TV = [1, 0, 0, 0]
     assert fp.p_argmax_differs == 0.5 and fp.eta_fp * fp.p_argmax_differs == pytest.approx(fp.tv_drift)
+    # the SD rejection of the drawn token: position 0 (draft argmax 2, target argmax 0) only
+    assert s.reject.tolist() == [1, 0, 0, 0] and fp.fp_mass == pytest.approx(1 / 4)
     # temperature 1: TV = [0.3, 0, 0.1, 0.3]; kept positions 0 and 2
     s1 = quality.score_tokens(target, [5], TOKENS, draft, SamplingParams(temperature=1.0))
     assert s1.tv == pytest.approx([0.3, 0.0, 0.1, 0.3], abs=1e-6)
     fp1 = quality.false_pass(ORIGINS, s1, rejected=1)
     assert fp1.tv_drift == pytest.approx((0.3 + 0.1) / 4, abs=1e-6)
     assert fp1.eta_fp == 0.5 and fp1.eta_fp * fp1.p_argmax_differs == pytest.approx(0.25)  # not the drift
+    # 1 - min(1, p(x)/q(x)) of the drawn tokens: 1 - 0.2/0.5 at position 0, else p(x) >= q(x)
+    assert s1.reject == pytest.approx([0.6, 0.0, 0.0, 0.0], abs=1e-6)
+    assert fp1.fp_mass == pytest.approx(0.6 / 4, abs=1e-6)
+    # averaged over x ~ q it is TV(p, q): what a verifier blind to x drifts by
+    for p, q in zip(P, Q, strict=True):
+        _, rej = quality.sampled_divergence(np.log([p] * 3), np.log([q] * 3), np.arange(3),
+                                            SamplingParams(temperature=1.0))
+        assert float(np.dot(q, rej)) == pytest.approx(total_variation(p, q), abs=1e-9)
     # position 2 alone: eta_FP = 0 (the kept token is the target's argmax), drift 0.1 at T = 1
     alone = quality.false_pass([Origin.KEPT], quality.score_tokens(
         _Rows(P[2:3]), [5], [1], _Rows(Q[2:3]), SamplingParams(temperature=1.0)), rejected=0)
@@ -159,6 +174,7 @@ def test_tv_drift_hand_made_greedy_and_temperature() -> None:
     tot = quality.tv_totals([dataclasses.asdict(fp1), dataclasses.asdict(alone)])
     assert tot["tokens"] == 5 and not tot["greedy"]
     assert tot["tv_drift"] == pytest.approx((0.3 + 0.1 + 0.1) / 5, abs=1e-6)
+    assert tot["fp_mass"] == pytest.approx(0.6 / 5, abs=1e-6)
 
 
 def test_bench_runs_at_temperature_one(fixture_engine) -> None:  # type: ignore[no-untyped-def]
@@ -192,6 +208,9 @@ def test_bench_runs_at_temperature_one(fixture_engine) -> None:  # type: ignore[
     assert row["tv_drift"] == pytest.approx(sum(k * t for k, t in zip(pt["kept"], pt["tv"], strict=True))
                                             / fp["tokens"])
     assert row["tv_drift"] <= row["mean_tv"] + 1e-12
+    assert all(0 <= r <= 1 for r in pt["reject"]) and len(pt["reject"]) == fp["tokens"]
+    assert row["fp_mass"] == pytest.approx(sum(k * r for k, r in zip(pt["kept"], pt["reject"], strict=True))
+                                           / fp["tokens"])
     assert row["eta_fp_x_p_differs"] is None  # greedy only
 
 

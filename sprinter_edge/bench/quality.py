@@ -15,6 +15,14 @@ false-pass rate times something: there the mean of 1[pass] * 1[argmax differs] i
 P(pass | argmax differs) * P(argmax differs), i.e. eta_FP * P(argmax differs) when eta_FP is
 measured on the same positions. At temperature > 0 a verifier with eta_FP = 0 still drifts.
 
+A verifier that reads the drawn token x (the hidden-state option reads log q(x); the oracle
+compares x with ar's output) breaks the mixture above. For any verifier, couple SPRINTER with
+standard SD on the same draw x and uniform u: the two outputs differ only where SPRINTER keeps
+x and SD would reject it, so the distance from the target per token is at most the mean of
+1[kept] * (1 - min(1, p(x)/q(x))) (`fp_mass`, "FP mass/tok"), with equality in expectation
+when the decision does not depend on x. It is the figure to compare verifiers by at
+temperature > 0, and what `verifier study` replays.
+
 Nothing here runs inside a timed decode loop, and no numpy call here goes through BLAS
 (no dot/matmul): a BLAS call wakes OpenBLAS threads that spin and steal llama.cpp's cores.
 """
@@ -33,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +50,6 @@ import numpy as np
 from ..backend.llama import common_prefix
 from ..decoding.base import Origin
 from ..decoding.sampling import SamplingParams, distribution
-from ..numerics import total_variation
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +189,7 @@ class TokenScores:
     tv: np.ndarray | None = None
     argmax_differs: np.ndarray | None = None  # bool
     sampling: SamplingParams | None = None  # the settings tv was computed at
+    reject: np.ndarray | None = None  # the SD test's rejection probability of the token, at sampling
 
 
 def _rows(model: object, prompt: list[int], tokens: list[int]) -> np.ndarray:
@@ -208,25 +216,48 @@ def _softmax_rows(logits: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=1, keepdims=True)
 
 
-def sampled_tv(p_logits: np.ndarray, q_logits: np.ndarray, sampling: SamplingParams,
-               chunk: int = 32) -> np.ndarray:
-    """TV(p, q) per row, p and q the distributions the sampler draws from for these logits
-    (`decoding.sampling.distribution`: temperature, top-k, top-p); greedy (temperature 0 or
-    top-k 1): one-hot argmax, so TV = 1[argmax differs]. Elementwise numpy only (no BLAS);
-    plain temperature is done a few rows at a time to bound memory."""
+def _distribution_rows(p_logits: np.ndarray, q_logits: np.ndarray, sampling: SamplingParams,
+                       chunk: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first row, p rows, q rows): the distributions the sampler draws from for these logits
+    (`decoding.sampling.distribution`), plain temperature a few rows at a time to bound memory."""
+    if sampling.top_k == 0 and sampling.top_p >= 1.0:
+        for s in range(0, len(p_logits), chunk):
+            yield (s, _softmax_rows(p_logits[s : s + chunk].astype(np.float64) / sampling.temperature),
+                   _softmax_rows(q_logits[s : s + chunk].astype(np.float64) / sampling.temperature))
+        return
+    for s, (a, b) in enumerate(zip(p_logits, q_logits, strict=True)):
+        yield s, distribution(a, sampling)[None], distribution(b, sampling)[None]
+
+
+def sampled_divergence(p_logits: np.ndarray, q_logits: np.ndarray, tokens: np.ndarray,
+                       sampling: SamplingParams, chunk: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: TV(p, q), and the SD test's rejection probability of the drawn token x,
+    1 - min(1, p(x)/q(x)) (0 where q(x) = 0: the draft cannot have drawn x), p and q the
+    distributions the sampler draws from for these logits. Greedy (temperature 0 or top-k 1):
+    one-hot argmax, so TV = 1[argmax differs] and the rejection 1[x is the draft's argmax but
+    not the target's]. Elementwise numpy only (no BLAS)."""
     p_logits = np.asarray(p_logits)
     q_logits = np.asarray(q_logits)
+    tokens = np.asarray(tokens)
     if sampling.greedy:
-        return (p_logits.argmax(axis=1) != q_logits.argmax(axis=1)).astype(np.float64)
-    if sampling.top_k == 0 and sampling.top_p >= 1.0:
-        out = np.empty(len(p_logits))
-        for s in range(0, len(p_logits), chunk):
-            p = _softmax_rows(p_logits[s : s + chunk].astype(np.float64) / sampling.temperature)
-            q = _softmax_rows(q_logits[s : s + chunk].astype(np.float64) / sampling.temperature)
-            out[s : s + chunk] = 0.5 * np.abs(p - q).sum(axis=1)
-        return out
-    return np.array([total_variation(distribution(a, sampling), distribution(b, sampling))
-                     for a, b in zip(p_logits, q_logits, strict=True)])
+        pa, qa = p_logits.argmax(axis=1), q_logits.argmax(axis=1)
+        return (pa != qa).astype(np.float64), ((tokens == qa) & (tokens != pa)).astype(np.float64)
+    tv = np.empty(len(p_logits))
+    reject = np.empty(len(p_logits))
+    for s, p, q in _distribution_rows(p_logits, q_logits, sampling, chunk):
+        rows = np.arange(len(p))
+        tv[s : s + len(p)] = 0.5 * np.abs(p - q).sum(axis=1)
+        px, qx = p[rows, tokens[s : s + len(p)]], q[rows, tokens[s : s + len(p)]]
+        ratio = np.divide(px, qx, out=np.ones_like(px), where=qx > 0)
+        reject[s : s + len(p)] = 1.0 - np.minimum(1.0, ratio)
+    return tv, reject
+
+
+def sampled_tv(p_logits: np.ndarray, q_logits: np.ndarray, sampling: SamplingParams,
+               chunk: int = 32) -> np.ndarray:
+    """TV(p, q) per row at the sampling settings (see `sampled_divergence`)."""
+    tokens = np.asarray(q_logits).argmax(axis=1)
+    return sampled_divergence(p_logits, q_logits, tokens, sampling, chunk)[0]
 
 
 def score_tokens(target: object, prompt: list[int], tokens: list[int],
@@ -249,8 +280,8 @@ def score_tokens(target: object, prompt: list[int], tokens: list[int],
         return TokenScores(logprob, greedy)
     d_logits = _rows(draft, prompt, tokens)
     differs = t_argmax != np.asarray(d_logits).argmax(axis=1)
-    tv = sampled_tv(t_logits, d_logits, sampling)
-    return TokenScores(logprob, greedy, tv, differs, sampling)
+    tv, reject = sampled_divergence(t_logits, d_logits, idx, sampling)
+    return TokenScores(logprob, greedy, tv, differs, sampling, reject)
 
 
 @dataclass
@@ -259,10 +290,11 @@ class FalsePass:
     run's drift from the target at the sampling settings used (see the module docstring).
 
     `per_token` holds the raw numbers every figure here is computed from, one entry per
-    generated token: kept (1 = passed by the verifier), tv (TV(p, q) at `sampling`),
-    greedy (1 = the token is the target's argmax), argmax_differs (1 = the two models' argmax
-    differ). tv_drift = mean(kept * tv); eta_fp = sum(kept * (1 - greedy)) /
-    (that + rejected)."""
+    generated token: kept (1 = passed by the verifier), tv (TV(p, q) at `sampling`), reject
+    (the SD test's rejection probability of the token at `sampling`), greedy (1 = the token is
+    the target's argmax), argmax_differs (1 = the two models' argmax differ).
+    tv_drift = mean(kept * tv); fp_mass = mean(kept * reject); eta_fp = sum(kept * (1 - greedy))
+    / (that + rejected)."""
 
     kept: int
     false_pass: int  # kept tokens that are not the target's greedy choice
@@ -270,6 +302,7 @@ class FalsePass:
     eta_fp: float  # false passes / (false passes + rejections): P(pass | label 0), greedy label
     tokens: int  # generated tokens scored
     tv_drift: float | None  # mean over tokens of 1[kept] * TV(p, q) at `sampling`
+    fp_mass: float | None  # mean over tokens of 1[kept] * (1 - min(1, p(x)/q(x))) at `sampling`
     mean_tv: float | None  # mean TV(p, q) at `sampling` (the draft alone would drift this much)
     p_argmax_differs: float | None  # share of tokens whose target and draft argmax differ
     sampling: dict = field(default_factory=dict)  # temperature, top_k, top_p, greedy
@@ -286,12 +319,15 @@ def false_pass(origins: Sequence[Origin], scores: TokenScores, rejected: int) ->
     eta = fp / (fp + rejected) if fp + rejected else 0.0
     per_token: dict[str, list] = {"kept": kept_mask.astype(int).tolist(),
                                   "greedy": scores.greedy.astype(int).tolist()}
-    drift = mean_tv = p_diff = None
+    drift = mean_tv = p_diff = fp_mass = None
     sampling: dict = {}
     if scores.tv is not None and n:
         drift = float((kept_mask * scores.tv).mean())
         mean_tv = float(scores.tv.mean())
         per_token["tv"] = [round(float(v), 6) for v in scores.tv]
+        if scores.reject is not None:
+            fp_mass = float((kept_mask * scores.reject).mean())
+            per_token["reject"] = [round(float(v), 6) for v in scores.reject]
         if scores.argmax_differs is not None:
             p_diff = float(scores.argmax_differs.mean())
             per_token["argmax_differs"] = scores.argmax_differs.astype(int).tolist()
@@ -299,21 +335,24 @@ def false_pass(origins: Sequence[Origin], scores: TokenScores, rejected: int) ->
         sp = scores.sampling
         sampling = {"temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
                     "greedy": sp.greedy}
-    return FalsePass(kept, fp, rejected, eta, n, drift, mean_tv, p_diff, sampling, per_token)
+    return FalsePass(kept, fp, rejected, eta, n, drift, fp_mass, mean_tv, p_diff, sampling, per_token)
 
 
 def tv_totals(false_passes: Sequence[dict]) -> dict:
     """Token-weighted figures over several runs' `FalsePass` dicts (as stored in bench.json):
-    tv_drift = sum(kept * tv) / tokens, mean_tv, p_argmax_differs, and whether every run was
-    greedy. None where a run lacks the draft's scores."""
+    tv_drift = sum(kept * tv) / tokens, fp_mass = sum(kept * reject) / tokens, mean_tv,
+    p_argmax_differs, and whether every run was greedy. None where a run lacks the draft's
+    scores."""
     n = sum(f["tokens"] for f in false_passes)
     have = all("tv" in f.get("per_token", {}) for f in false_passes) and n > 0
     out: dict = {"tokens": n, "greedy": all(f.get("sampling", {}).get("greedy", False)
                                             for f in false_passes),
-                 "tv_drift": None, "mean_tv": None, "p_argmax_differs": None}
+                 "tv_drift": None, "fp_mass": None, "mean_tv": None, "p_argmax_differs": None}
     if have:
         pt = [f["per_token"] for f in false_passes]
         out["tv_drift"] = sum(k * t for d in pt for k, t in zip(d["kept"], d["tv"], strict=True)) / n
+        if all("reject" in d for d in pt):
+            out["fp_mass"] = sum(k * r for d in pt for k, r in zip(d["kept"], d["reject"], strict=True)) / n
         out["mean_tv"] = sum(sum(d["tv"]) for d in pt) / n
         if all("argmax_differs" in d for d in pt):
             out["p_argmax_differs"] = sum(sum(d["argmax_differs"]) for d in pt) / n

@@ -26,6 +26,7 @@ COLUMNS = (
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
     ("eta_fp", "eta_FP", "{:.3f}"),
     ("tv_drift", "TV drift/tok", "{:.4f}"),
+    ("fp_mass", "FP mass/tok", "{:.4f}"),
     ("eta_fp_x_p_differs", "eta_FP x P(diff), greedy", "{:.4f}"),
 )
 
@@ -38,6 +39,11 @@ COLUMN_HELP = (
     "so TV = 1[argmax differs]), re-scored after the timed decode: the verifier's score does not "
     "depend on the sampled token, so at each context SPRINTER samples from "
     "pass * q + (1 - pass) * p and is 1[pass] * TV(p, q) away from the target. "
+    "FP mass/tok: mean of 1[kept] * (1 - min(1, p(x)/q(x))), x the generated token: the SD test's "
+    "rejection probability of the tokens kept without it; for any verifier (also one that reads x, "
+    "as the hidden-state option and the oracle do) it bounds the drift from the target, and for "
+    "one that does not it equals TV drift in expectation: compare verifiers by it at "
+    "temperature > 0. "
     "eta_FP x P(diff), greedy: eta_FP times the share of tokens where the two models' argmax "
     "differ; shown for greedy decoding only, where it estimates the same drift (at temperature > 0 "
     "a verifier with eta_FP = 0 still drifts). Per-token raw values: runs[].false_pass.per_token "

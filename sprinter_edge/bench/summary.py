@@ -105,6 +105,8 @@ def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:
     of a SPRINTER row (`quality.FalsePass`; token-weighted):
 
     * tv_drift: mean of 1[kept] * TV(p, q), p and q at the sampling settings the runs used;
+    * fp_mass: mean of 1[kept] * (1 - min(1, p(x)/q(x))), a bound on the drift for any
+      verifier, the same in expectation as tv_drift for one that does not read the token x;
     * eta_fp_x_p_differs: eta_FP * P(argmax differs), shown for greedy decoding only, where
       it estimates the same quantity as tv_drift (P(pass | argmax differs) * P(argmax differs)).
 
@@ -118,6 +120,7 @@ def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:
     drift = tot["tv_drift"] if tot["greedy"] or spec.kind != "oracle" else None
     p_diff = tot["p_argmax_differs"]
     return {"eta_fp": eta, "false_passes": fp, "scored_tokens": tot["tokens"], "tv_drift": drift,
+            "fp_mass": tot["fp_mass"],
             "mean_tv": tot["mean_tv"], "p_argmax_differs": p_diff,
             "eta_fp_x_p_differs": eta * p_diff if tot["greedy"] and p_diff is not None else None}
 
