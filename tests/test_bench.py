@@ -230,6 +230,12 @@ def test_pass_rate_intervals() -> None:
     assert d == pytest.approx(-0.05) and lo < d < hi < 0
     with pytest.raises(ValueError):
         paired_difference([True], [True, False])
+    # the table shows the point difference with its interval
+    from sprinter_edge.bench.report import markdown_table
+
+    row = {"method": "s", "pass_diff_vs_ar": d, "pass_diff_ci": [lo, hi]}
+    table = markdown_table([{"method": "ar"}, row])
+    assert f"| {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] |" in table
 
 
 def test_preset_rows_are_resolved_by_the_engine() -> None:

@@ -20,7 +20,7 @@ COLUMNS = (
     ("peak_rss_mib", "peak RSS MiB", "{:.0f}"),
     ("pass_at_1", "pass@1", "{:.2f}"),
     ("pass_ci", "pass@1 95% CI", "interval"),
-    ("pass_diff_ci", "vs ar, points (95% CI)", "diff"),
+    ("pass_diff", "vs ar, points (95% CI)", "diff"),
     ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
@@ -58,18 +58,25 @@ def _cell(value: object, fmt: str) -> str:
         lo, hi = value  # type: ignore[misc]
         return f"{lo:.2f}-{hi:.2f}"
     if fmt == "diff":
-        lo, hi = value  # type: ignore[misc]
-        return f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        d, lo, hi = value  # type: ignore[misc]
+        return f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
     if fmt == "split":
         s = value  # type: ignore[assignment]
         return "/".join(f"{100 * s[k]:.0f}" for k in ("draft", "target", "verifier", "overhead"))  # type: ignore[index]
     return fmt.format(value)
 
 
+def _value(row: dict, key: str) -> object:
+    if key == "pass_diff":  # the point difference with its interval
+        ci = row.get("pass_diff_ci")
+        return None if ci is None or row.get("pass_diff_vs_ar") is None else (row["pass_diff_vs_ar"], *ci)
+    return row.get(key)
+
+
 def markdown_table(rows: Sequence[dict]) -> str:
     head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
     sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(_cell(r.get(k), f) for k, _, f in COLUMNS) + " |" for r in rows]
+    body = ["| " + " | ".join(_cell(_value(r, k), f) for k, _, f in COLUMNS) + " |" for r in rows]
     return "\n".join([head, sep, *body])
 
 
