@@ -162,12 +162,12 @@ def test_tv_drift_hand_made_greedy_and_temperature() -> None:
     # temperature 2 (p^(1/2) normalised) and top-k: the sampler's own transform
     half = [0.5 * np.abs(np.sqrt(p) / np.sqrt(p).sum() - np.sqrt(q) / np.sqrt(q).sum()).sum()
             for p, q in zip(P, Q, strict=True)]
-    t2 = quality.sampled_tv(np.log(P), np.log(Q), SamplingParams(temperature=2.0))
+    t2, _ = quality.sampled_divergence(np.log(P), np.log(Q), TOKENS, SamplingParams(temperature=2.0))
     assert t2 == pytest.approx(half)
     topk = SamplingParams(temperature=0.7, top_k=2, top_p=0.9)
     want = [total_variation(distribution(np.log(p), topk), distribution(np.log(q), topk))
             for p, q in zip(P, Q, strict=True)]
-    assert quality.sampled_tv(np.log(P), np.log(Q), topk) == pytest.approx(want)
+    assert quality.sampled_divergence(np.log(P), np.log(Q), TOKENS, topk)[0] == pytest.approx(want)
     # several runs: token-weighted, from the stored per-token values
     import dataclasses
 

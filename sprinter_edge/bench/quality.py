@@ -253,13 +253,6 @@ def sampled_divergence(p_logits: np.ndarray, q_logits: np.ndarray, tokens: np.nd
     return tv, reject
 
 
-def sampled_tv(p_logits: np.ndarray, q_logits: np.ndarray, sampling: SamplingParams,
-               chunk: int = 32) -> np.ndarray:
-    """TV(p, q) per row at the sampling settings (see `sampled_divergence`)."""
-    tokens = np.asarray(q_logits).argmax(axis=1)
-    return sampled_divergence(p_logits, q_logits, tokens, sampling, chunk)[0]
-
-
 def score_tokens(target: object, prompt: list[int], tokens: list[int],
                  draft: object | None = None, sampling: SamplingParams | None = None) -> TokenScores | None:
     """Score generated tokens with the target (and the draft, for TV) in one call each.

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..api import Engine
 from ..errors import SprinterError
 from ..planning.costs import cpu_name
+from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from . import costmodel, peers, plot, prompts, report, runner, summary
 
@@ -69,6 +70,7 @@ class BenchPlan:
     prompts: list[prompts.BenchPrompt]
     specs: list[runner.MethodSpec]
     notes: list[str] = field(default_factory=list)
+    verifiers: dict[str, Verifier] = field(default_factory=dict)  # per-row verifiers, loaded once
 
     @property
     def runs(self) -> int:
@@ -121,11 +123,12 @@ def plan(engine: Engine, config: BenchConfig,
             notes.append(f"llama-cpp rows skipped: {why}")
             methods = [m for m in methods if m not in runner.PEER_METHODS]
     presets: list[str] = []
+    verifiers = ({v: resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers}
+                 if "sprinter" in methods and len(config.verifiers) > 1 else {})
     if config.thresholds is None:  # the verifier's named presets, resolved per prompt
         thresholds = []
         if "sprinter" in methods:
-            vers = ([resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers]
-                    if len(config.verifiers) > 1 else [engine.verifier])
+            vers = list(verifiers.values()) or [engine.verifier]
             presets = [p for p in config.presets if all(p in v.presets for v in vers)]
     else:
         thresholds = list(config.thresholds)
@@ -133,7 +136,7 @@ def plan(engine: Engine, config: BenchConfig,
         specs = runner.expand_methods(methods, thresholds, presets, config.verifiers)
     except ValueError as exc:
         raise SprinterError(f"--methods/--thresholds: {exc}") from None
-    return BenchPlan(bench_prompts, specs, notes)
+    return BenchPlan(bench_prompts, specs, notes, verifiers)
 
 
 def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
@@ -151,7 +154,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                            warmup=config.warmup, rescore=config.rescore,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
                            draft_len=config.draft_len, peer_ctx=config.peer_ctx)
-    bench = runner.Runner(engine, specs, cfg)
+    bench = runner.Runner(engine, specs, cfg, verifiers=bench_plan.verifiers)
     t0 = time.perf_counter()
     try:
         records = bench.run(bench_plan.prompts, progress=progress)

@@ -126,14 +126,15 @@ class RunConfig:
 
 class Runner:
     def __init__(self, engine: Engine, specs: Sequence[MethodSpec], config: RunConfig,
-                 *, target_path: Path | None = None, draft_path: Path | None = None):
+                 *, target_path: Path | None = None, draft_path: Path | None = None,
+                 verifiers: dict[str, Verifier] | None = None):
         self.engine = engine
         self.specs = list(specs)
         self.config = config
         self.target_path = target_path or engine.target_path
         self.draft_path = draft_path or engine.draft_path
         self.peers: dict[str, LlamaCppPeer] = {}
-        self.verifiers: dict[str, Verifier] = {}
+        self.verifiers = dict(verifiers or {})  # spec -> loaded verifier (the rest load on first use)
         self.interrupted = False
 
     # ------------------------------------------------------------------ set-up

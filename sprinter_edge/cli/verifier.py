@@ -232,10 +232,12 @@ def run_study(args: argparse.Namespace) -> int:
         raise SprinterError(f"{args.data} holds draft-greedy data: the study needs on-policy data "
                             "(`sprinter-edge verifier collect --policy sprinter`)")
     names = tuple(args.candidates.split(",")) if args.candidates else None
+    embedding = _wants_embedding(names)
     cost: Callable[[float], float] | None = None  # None: the study's reference table
-    if args.costs == "machine" or _wants_embedding(names):
-        engine = engine_from(args, method="sd")  # resolves both files; loads only what is read
-        if _wants_embedding(names):
+    if args.costs == "machine" or embedding:
+        # fetches the draft only when its embedding rows are read; loads only what is used
+        engine = engine_from(args, method="sd" if embedding else "ar")
+        if embedding:
             data = dict(data) | {"embedding": _draft_embeddings(engine, meta, data["token"])}
         if args.costs == "machine":
             from ..planning.costs import machine_costs

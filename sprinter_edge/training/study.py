@@ -762,6 +762,16 @@ def run_study(data: Mapping[str, np.ndarray], cfg: StudyConfig | None = None) ->
     return _run(data, cfg)
 
 
+def _skip_reason(cand: StudyCandidate, data: Mapping[str, np.ndarray], cfg: StudyConfig,
+                 elapsed_s: float) -> str | None:
+    """Why `cand` cannot run now (None: it can): the time budget is spent (never for the
+    reference), or the data lacks a column it reads."""
+    if cand.name != REFERENCE and cfg.time_budget_s is not None and elapsed_s > cfg.time_budget_s:
+        return "time budget"
+    absent = [name for name in cand.layout if name not in data]
+    return f"no {', '.join(absent)} in the data" if absent else None
+
+
 def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
     t_start = time.monotonic()
     cost = cfg.cost or table_cost()
@@ -783,21 +793,14 @@ def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
         "split": _split_summary(data, masks),
         "regimes": {r: {"tokens": int(_regime_mask(data, r).sum()), "auc_label": AUC_LABEL[r]}
                     for r in regimes},
-        "candidates": {}, "comparison": {}, "presets": {}, "skipped": [], "skipped_why": {},
+        "candidates": {}, "comparison": {}, "presets": {}, "skipped_why": {},
     }
     scores: dict[str, dict[str, np.ndarray]] = {r: {} for r in regimes}
     for cand in cands:
-        if (cand.name != REFERENCE and cfg.time_budget_s is not None
-                and time.monotonic() - t_start > cfg.time_budget_s):
-            log.warning("time budget of %.0f s spent: candidate %s skipped", cfg.time_budget_s, cand.name)
-            report["skipped"].append(cand.name)
-            report["skipped_why"][cand.name] = "time budget"
-            continue
-        absent = [name for name in cand.layout if name not in data]
-        if absent:
-            log.warning("candidate %s skipped: the data has no %s", cand.name, ", ".join(absent))
-            report["skipped"].append(cand.name)
-            report["skipped_why"][cand.name] = f"no {', '.join(absent)} in the data"
+        why = _skip_reason(cand, data, cfg, time.monotonic() - t_start)
+        if why:
+            log.warning("candidate %s skipped: %s", cand.name, why)
+            report["skipped_why"][cand.name] = why
             continue
         entry: dict[str, Any] = {"layout": list(cand.layout), "about": cand.about,
                                  "exportable": cand.exportable, "regimes": {}}
@@ -830,6 +833,7 @@ def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
             scores[regime], data, test & _regime_mask(data, regime), reference=REFERENCE,
             reference_thresholds=cfg.reference_thresholds, cost=cost, cap=cfg.cap, n_boot=cfg.n_boot,
             seed=cfg.seed)
+    report["skipped"] = list(report["skipped_why"])  # in the order they were skipped
     others = [c for c in report["candidates"] if c != REFERENCE]
     hidden = [c for c in others if "hidden" in report["candidates"][c]["layout"]
               and report["candidates"][c]["exportable"]]
