@@ -9,6 +9,7 @@ the distribution the user asked for.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +96,8 @@ class Sampler:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
 
-    def prepare(self, logits: np.ndarray) -> int | np.ndarray:
+    def prepare(self, logits: np.ndarray, context: Sequence[int] = ()) -> int | np.ndarray:
+        """`context`: the tokens this row predicts after (what a penalty would read)."""
         if self.params.greedy:
             return int(np.argmax(logits))
         return distribution(logits, self.params)
@@ -115,7 +117,13 @@ class Sampler:
         and q are one-hot and this reduces to "accept iff the target's argmax is x"."""
         if isinstance(p, int):
             return (True, None) if p == token else (False, p)
-        assert isinstance(q, np.ndarray)
+        if isinstance(q, int):  # a point mass at x (a deterministic proposal): accept w.p. p(x)
+            if self.rng.random() < p[token]:
+                return True, None
+            residual = p.copy()
+            residual[token] = 0.0
+            total = residual.sum()
+            return False, self.draw(residual / total) if total > 0 else self.draw(p)
         px, qx = p[token], q[token]
         if qx <= 0:  # cannot happen for x ~ q; be safe
             return False, self.draw(p)

@@ -7,12 +7,13 @@ distributed exactly as the target's (token-identical under greedy decoding)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from .base import DecodeContext
+from .loop import LoopStrategy
+from .proposers.base import Proposer
+from .proposers.draft import DraftProposer, FixedLength
 
-from .base import DecodeContext, Origin, Step, Strategy
 
-
-class Speculative(Strategy):
+class Speculative(LoopStrategy):
     name = "sd"
     needs_draft = True
     uses_draft = True
@@ -20,35 +21,5 @@ class Speculative(Strategy):
     def target_rows(self, n_tokens: float) -> float:
         return n_tokens  # every drafted token plus the bonus row
 
-    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
-        assert ctx.draft is not None
-        sampler, stats = ctx.sampler, ctx.stats
-        seq = list(prompt)
-        while True:
-            k = max(1, min(ctx.draft_len, ctx.remaining))
-            drafted: list[int] = []
-            qs = []
-            for _ in range(k):
-                q = sampler.prepare(ctx.draft_step(seq + drafted).logits[0])
-                token = sampler.draw(q)
-                drafted.append(token)
-                qs.append(q)
-                if ctx.draft.is_eog(token):
-                    break
-            stats.draft_tokens += len(drafted)
-
-            out = ctx.target_step(seq + drafted, n_logits=len(drafted) + 1)
-            step: Step = []
-            for i, token in enumerate(drafted):
-                stats.sd_tests += 1
-                ok, replacement = sampler.verify(token, sampler.prepare(out.logits[i]), qs[i])
-                if not ok:
-                    step.append((replacement, Origin.RESAMPLED))
-                    break
-                step.append((token, Origin.ACCEPTED))
-            else:
-                if not ctx.draft.is_eog(drafted[-1]):
-                    bonus = sampler.draw(sampler.prepare(out.logits[len(drafted)]))
-                    step.append((bonus, Origin.BONUS))
-            seq.extend(t for t, _ in step)
-            yield step
+    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+        return DraftProposer(FixedLength(ctx.draft_len))

@@ -29,77 +29,22 @@ above does not hold, and the expected false passes per token -- the mean of
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from .base import DecodeContext
+from .loop import LoopStrategy
+from .proposers.base import Proposer
+from .proposers.draft import DraftProposer, VerifierRun
 
-from ..verifiers.base import DraftFeatures
-from .base import DecodeContext, Origin, Step, Strategy
 
-
-class Sprinter(Strategy):
+class Sprinter(LoopStrategy):
     name = "sprinter"
     needs_draft = True
     uses_draft = True
     needs_verifier = True
+    exact = False
 
     def target_rows(self, n_tokens: float) -> float:
         return 2.0  # the flagged token and the bonus token
 
-    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
-        assert ctx.draft is not None
-        verifier = ctx.verifier
-        assert verifier is not None
-        sampler, stats, draft = ctx.sampler, ctx.stats, ctx.draft
-        seq = list(prompt)
-        temperature = 0.0 if sampler.params.greedy else sampler.params.temperature
-        since_flag = 0  # run history a verifier may read: tokens drafted since the last flag,
-        last_outcome = 0  # and the last catch-up's test (0 none yet, 1 accepted, 2 rejected)
-        while True:
-            run = 0
-            while True:  # draft until a token is flagged
-                out = ctx.draft_step(seq, hidden=verifier.needs_hidden)
-                logits = out.logits[0]
-                q = sampler.prepare(logits)
-                token = sampler.draw(q)
-                stats.draft_tokens += 1
-                at_cap = ctx.run_cap is not None and run + 1 >= ctx.run_cap
-                must_verify = at_cap or (ctx.verify_eog and draft.is_eog(token))
-                if not must_verify:
-                    t0 = time.perf_counter()
-                    score = verifier.score(DraftFeatures(
-                        hidden=out.hidden[0] if out.hidden is not None else None,
-                        logits=logits, token=token, run_position=run,
-                        output_position=ctx.produced, temperature=temperature,
-                        since_flag=since_flag, last_outcome=last_outcome,
-                    ))
-                    stats.verifier_seconds += time.perf_counter() - t0
-                    if score >= ctx.threshold:
-                        seq.append(token)
-                        run += 1
-                        since_flag += 1
-                        yield [(token, Origin.KEPT)]
-                        continue
-                    stats.flags += 1
-                    since_flag = 0
-                else:
-                    since_flag += 1
-                    if at_cap:
-                        stats.cap_hits += 1
-                    else:
-                        stats.eog_checks += 1
-                break
-
-            # Catch-up: pending tokens + the flagged one, one target decode, last two rows.
-            out = ctx.target_step(seq + [token], n_logits=2)
-            stats.sd_tests += 1
-            ok, replacement = sampler.verify(token, sampler.prepare(out.logits[0]), q)
-            last_outcome = 1 if ok else 2
-            if not ok:
-                seq.append(replacement)
-                yield [(replacement, Origin.RESAMPLED)]
-                continue
-            step: Step = [(token, Origin.ACCEPTED)]
-            if not draft.is_eog(token):
-                step.append((sampler.draw(sampler.prepare(out.logits[1])), Origin.BONUS))
-            seq.extend(t for t, _ in step)
-            yield step
+    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+        assert ctx.verifier is not None
+        return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, ctx.run_cap, ctx.verify_eog))

@@ -1,0 +1,52 @@
+"""The acceptor of the speculative loop: one target decode scores a proposal.
+
+Trusted leading tokens (SPRINTER's passed ones) are committed as they are; every other
+proposed token goes through the p/q test against the target's row that predicts it, in order,
+and the first rejection ends the round with a token drawn from the residual; when all pass,
+the target's last row gives a bonus token. An empty proposal is one plain target step, so
+`ar` is the loop with no proposer. Under greedy decoding the test is "the target's argmax
+equals the proposed token", and the output is token-identical to `ar`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import DecodeContext, Origin, Step
+from .proposers.base import Proposal
+
+
+@dataclass
+class Round:
+    step: Step  # committed tokens with their origin
+    accepted: int  # proposed untrusted tokens the target accepted
+
+
+def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal) -> Round:
+    tokens, trusted = proposal.tokens, proposal.trusted
+    step: Step = [(t, Origin.KEPT) for t in tokens[:trusted]]
+    if trusted and trusted == len(tokens):  # nothing to test (the budget ended the run)
+        return Round(step, 0)
+    sampler, stats = ctx.sampler, ctx.stats
+    n_test = len(tokens) - trusted
+    out = ctx.target_step(seq + tokens, n_logits=n_test + 1)
+    for i in range(n_test):
+        j = trusted + i
+        token, context = tokens[j], seq + tokens[:j]
+        p = sampler.prepare(out.logits[i], context)
+        stats.sd_tests += 1
+        ok, replacement = sampler.verify(token, p, proposal.q[j])
+        if not ok:
+            assert replacement is not None
+            ctx.record_target(out.logits[i], replacement)
+            step.append((replacement, Origin.RESAMPLED))
+            return Round(step, i)
+        ctx.record_target(out.logits[i], token)
+        step.append((token, Origin.ACCEPTED))
+    if tokens and ctx.text_eog(tokens[-1]):
+        return Round(step, n_test)
+    row = out.logits[n_test]
+    bonus = sampler.draw(sampler.prepare(row, seq + tokens))
+    ctx.record_target(row, bonus)
+    step.append((bonus, Origin.BONUS if tokens else Origin.TARGET))
+    return Round(step, n_test)

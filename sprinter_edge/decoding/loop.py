@@ -1,0 +1,37 @@
+"""One speculative loop: a proposer guesses, the acceptor has the target score the guess.
+
+Every target-using method is a configuration of this loop (decoding/__init__.py):
+`ar` proposes nothing, `sd` drafts k tokens, `sprinter` drafts until its verifier flags a
+token and trusts the rest, `lookup` copies spans of the prompt and the reply so far, `staged`
+has the draft check such a span in one batch first. A new way to propose is one file in
+proposers/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .acceptor import accept
+from .base import DecodeContext, Step, Strategy
+from .proposers.base import Proposer
+
+
+def run_loop(ctx: DecodeContext, prompt: list[int], proposer: Proposer) -> Iterator[Step]:
+    seq = list(prompt)
+    proposer.begin(ctx, seq)
+    while True:
+        proposal = proposer.propose(ctx, seq)
+        done = accept(ctx, seq, proposal)
+        proposer.feedback(ctx, proposal, done.accepted)
+        seq.extend(t for t, _ in done.step)
+        yield done.step
+
+
+class LoopStrategy(Strategy):
+    """A strategy that is the loop with the proposer `make_proposer` builds for a context."""
+
+    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+        raise NotImplementedError
+
+    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
+        return run_loop(ctx, prompt, self.make_proposer(ctx))

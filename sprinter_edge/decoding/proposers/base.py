@@ -1,0 +1,60 @@
+"""What a proposer hands the speculative loop, and the interface every proposer implements.
+
+A proposer guesses the next few tokens cheaply (the draft model, a span of the prompt, ...);
+the loop's acceptor (acceptor.py) has the target score them in one decode. A proposal carries,
+for each token, the distribution it was drawn from: a probability vector, or a token id for a
+point mass (a deterministic guess: a copied span, or any greedy choice). With that the p/q
+test keeps the output distributed as the target's. `trusted` leading tokens are committed
+without the target (SPRINTER's passed tokens): only an approximate proposer sets it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..base import DecodeContext
+
+Prepared = int | np.ndarray  # a sampler-prepared distribution; an int is a point mass
+
+
+@dataclass
+class Proposal:
+    tokens: list[int] = field(default_factory=list)
+    q: list[Prepared] = field(default_factory=list)  # one per token
+    trusted: int = 0  # leading tokens committed without the target (approximate)
+    source: str = ""  # who proposed it: draft | lookup | staged (for the counters)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class Proposer(ABC):
+    """Guesses continuations of the committed sequence; learns from what the target kept."""
+
+    name: str = ""
+    uses_draft: bool = False
+    exact: bool = True  # never sets `trusted`: the loop's output is the target's
+
+    def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:  # noqa: B027 (optional hook)
+        """A reply starts from `prompt` (tokens committed before the first proposal)."""
+
+    @abstractmethod
+    def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        """Tokens to follow `seq` (the committed sequence); an empty proposal is a plain step."""
+
+    def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:  # noqa: B027
+        """The target accepted the first `accepted` proposed tokens past the trusted ones."""
+
+
+class NoProposal(Proposer):
+    """Propose nothing: the loop is plain decoding (`ar`)."""
+
+    name = "none"
+
+    def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        return Proposal()

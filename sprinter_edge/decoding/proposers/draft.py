@@ -1,0 +1,162 @@
+"""The draft model as proposer: it drafts one token at a time until its stop rule says so.
+
+Stop rules:
+- `FixedLength(k)`: k tokens a round (`sd`).
+- `Confidence(p_min, n_max)`: until the draft's top probability falls below p_min (llama.cpp's
+  `--spec-draft-p-min`), at most n_max tokens; the unsure token is not proposed.
+- `VerifierRun`: SPRINTER. A verifier scores each drafted token from the draft's view; passed
+  tokens are trusted (committed without the target) until one is flagged, the run cap is
+  reached or an end token is drawn: that last token goes to the target. Approximate.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...numerics import confidence
+from ...verifiers.base import DraftFeatures, Verifier
+from .base import Prepared, Proposal, Proposer
+
+if TYPE_CHECKING:
+    from ...backend.llama import DecodeOutput
+    from ..base import DecodeContext
+
+CONTINUE, STOP, DROP_AND_STOP = 0, 1, 2
+
+
+class StopRule(ABC):
+    needs_hidden: bool = False
+    exact: bool = True
+
+    def begin(self) -> None:  # noqa: B027 (optional hook)
+        """A new reply starts."""
+
+    @abstractmethod
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+        """CONTINUE, STOP (propose what is drafted) or DROP_AND_STOP (not the last token)."""
+
+    def trusted(self, drafted: int) -> int:
+        return 0
+
+    def feedback(self, accepted: bool) -> None:  # noqa: B027 (optional hook)
+        """The target's test on the first untrusted token."""
+
+
+@dataclass
+class FixedLength(StopRule):
+    k: int = 4
+
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+        return STOP if drafted >= min(self.k, max(1, ctx.remaining)) or ctx.text_eog(token) else CONTINUE
+
+
+@dataclass
+class Confidence(StopRule):
+    p_min: float = 0.75
+    n_max: int = 16
+
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+        if drafted > 1 and confidence(out.logits[0])[0] < self.p_min:
+            return DROP_AND_STOP
+        if drafted >= min(self.n_max, max(1, ctx.remaining)) or ctx.text_eog(token):
+            return STOP
+        return CONTINUE
+
+
+@dataclass
+class VerifierRun(StopRule):
+    """SPRINTER's rule. The run history (tokens since the last flag, the last catch-up's
+    outcome) is a feature some verifiers read."""
+
+    verifier: Verifier
+    threshold: float
+    run_cap: int | None = 20
+    verify_eog: bool = True
+    exact = False
+
+    def __post_init__(self) -> None:
+        self.needs_hidden = self.verifier.needs_hidden
+        self.begin()
+
+    def begin(self) -> None:  # noqa: B027 (optional hook)
+        self.since_flag = 0
+        self.last_outcome = 0  # 0 none yet, 1 accepted, 2 rejected
+        self._passed = 0
+
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+        stats = ctx.stats
+        run = drafted - 1  # tokens passed before this one
+        if self.run_cap is not None and drafted >= self.run_cap:
+            stats.cap_hits += 1
+        elif self.verify_eog and ctx.text_eog(token):
+            stats.eog_checks += 1
+        else:
+            sampler = ctx.sampler
+            t0 = time.perf_counter()
+            score = self.verifier.score(DraftFeatures(
+                hidden=out.hidden[0] if out.hidden is not None else None,
+                logits=out.logits[0], token=token, run_position=run,
+                output_position=ctx.produced + run,
+                temperature=0.0 if sampler.params.greedy else sampler.params.temperature,
+                since_flag=self.since_flag, last_outcome=self.last_outcome,
+            ))
+            stats.verifier_seconds += time.perf_counter() - t0
+            if score >= self.threshold:
+                self.since_flag += 1
+                if drafted >= ctx.remaining:  # the budget ends inside the run: all trusted
+                    self._passed = drafted
+                    return STOP
+                return CONTINUE
+            stats.flags += 1
+            self.since_flag = 0
+            self._passed = drafted - 1
+            return STOP
+        self.since_flag += 1
+        self._passed = drafted - 1
+        return STOP
+
+    def trusted(self, drafted: int) -> int:
+        return self._passed
+
+    def feedback(self, accepted: bool) -> None:  # noqa: B027 (optional hook)
+        self.last_outcome = 1 if accepted else 2
+
+
+class DraftProposer(Proposer):
+    name = "draft"
+    uses_draft = True
+
+    def __init__(self, rule: StopRule):
+        self.rule = rule
+        self.exact = rule.exact
+
+    def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
+        self.rule.begin()
+
+    def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        sampler = ctx.sampler
+        tokens: list[int] = []
+        qs: list[Prepared] = []
+        while True:
+            context = seq + tokens
+            out = ctx.draft_step(context, hidden=self.rule.needs_hidden)
+            q = sampler.prepare(out.logits[0], context)
+            token = sampler.draw(q)
+            tokens.append(token)
+            qs.append(q)
+            decision = self.rule.after(ctx, out, token, len(tokens))
+            if decision == CONTINUE:
+                continue
+            if decision == DROP_AND_STOP:
+                tokens.pop()
+                qs.pop()
+            break
+        ctx.stats.draft_tokens += len(tokens)
+        return Proposal(tokens, qs, trusted=self.rule.trusted(len(tokens)), source="draft")
+
+    def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
+        if len(proposal) > proposal.trusted:
+            self.rule.feedback(accepted > 0)
