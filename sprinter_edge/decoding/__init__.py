@@ -7,13 +7,15 @@ from .ar import Autoregressive
 from .auto import Auto
 from .base import DecodeContext, Origin, Stats, Strategy
 from .draft import DraftOnly
+from .lookup import Lookup
 from .sampling import Sampler, SamplingParams
 from .sd import Speculative
 from .sprinter import Sprinter
+from .staged import Staged
 from .stream import Chunk, Generation, GenerationResult
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (Auto, Autoregressive, DraftOnly, Speculative, Sprinter)
+    cls.name: cls for cls in (Auto, Autoregressive, Speculative, Lookup, Staged, Sprinter, DraftOnly)
 }
 METHODS = tuple(STRATEGIES)
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
+
+import numpy as np
 
 from ..backend.llama import DecodeOutput, LlamaModel
 from ..planning.planner import Planner
@@ -52,7 +54,9 @@ class Stats:
     resampled: int = 0
     bonus: int = 0
     # work done
-    draft_tokens: int = 0  # tokens proposed by the draft (sd, sprinter)
+    draft_tokens: int = 0  # tokens proposed by the draft (sd, sprinter, staged cuts)
+    lookup_tokens: int = 0  # tokens proposed by prompt lookup (staged: before the draft's cut)
+    lookup_accepted: int = 0  # proposed tokens (lookup, staged) the target accepted
     draft_calls: int = 0
     target_calls: int = 0  # decode calls of the target after the prompt
     target_tokens: int = 0  # tokens the target decoded after the prompt
@@ -62,6 +66,9 @@ class Stats:
     plan: str | None = None  # auto: the plan running at the end (e.g. "sprinter(cap=20)")
     plan_reason: str | None = None  # auto: why
     plan_switches: int = 0  # auto: changes of plan during the reply
+    plans_run: list[str] = field(default_factory=list)  # auto: every plan that ran, in order
+    kind: str | None = None  # the request's kind (edit | code | chat): auto keeps evidence per kind
+    exact: bool = True  # every committed token was tested by the target (no kept tokens by design)
     sd_tests: int = 0
     # wall time, seconds
     prefill_seconds: float = 0.0
@@ -79,6 +86,16 @@ class Stats:
             Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
         }[origin]
         setattr(self, attr, getattr(self, attr) + 1)
+
+    @property
+    def guarantee(self) -> str:
+        """What the reply promises: the target's output, or an approximation at a point."""
+        if self.exact:
+            return "exact: distributed as the target's output (greedy: identical to ar)"
+        if self.method == "draft":
+            return "approximate: the draft model's output, never checked by the target"
+        where = f" at threshold {self.threshold:g}" if self.threshold is not None else ""
+        return f"approximate: sprinter{where} ({self.kept} tokens never seen by the target)"
 
     @property
     def decode_seconds(self) -> float:
@@ -106,6 +123,7 @@ class Stats:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(
+            guarantee=self.guarantee,
             tokens_per_second=round(self.tokens_per_second, 3),
             tokens_per_second_with_prefill=round(self.new_tokens / self.total_seconds, 3)
             if self.total_seconds > 0 else 0.0,
@@ -135,7 +153,9 @@ class DecodeContext:
     draft_len: int = 4  # sd: tokens drafted per round
     verify_eog: bool = True  # sprinter: end-of-generation tokens always go to the target
     produced: int = 0  # tokens committed so far (kept up to date by the driver)
-    planner: Planner | None = None  # auto: shared across the engine's replies
+    planner: Planner | None = None  # auto, lookup: this machine's costs and the evidence so far
+    kind: str = "chat"  # the request's kind (edit | code | chat)
+    approximate_ok: bool = False  # auto may run SPRINTER (the user chose an operating point)
 
     @property
     def remaining(self) -> int:
@@ -150,13 +170,22 @@ class DecodeContext:
         self.stats.target_tokens += self.target.last_decoded
         return out
 
-    def draft_step(self, context: list[int], *, hidden: bool = False) -> DecodeOutput:
+    def draft_step(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
         assert self.draft is not None
         t0 = time.perf_counter()
-        out = self.draft.sync(context, n_logits=1, hidden=hidden)
+        out = self.draft.sync(context, n_logits=n_logits, hidden=hidden)
         self.stats.draft_seconds += time.perf_counter() - t0
         self.stats.draft_calls += 1
         return out
+
+
+    def text_eog(self, token: int) -> bool:
+        model = self.target if self.target is not None else self.draft
+        assert model is not None
+        return model.is_eog(token)
+
+    def record_target(self, row: np.ndarray, token: int) -> None:
+        """The target's logits row that scored a committed token (for logprobs)."""
 
 
 class Strategy(ABC):
@@ -167,7 +196,8 @@ class Strategy(ABC):
     uses_draft: bool = False  # runs the draft when the engine has one
     needs_target: bool = True
     needs_verifier: bool = False  # scores draft tokens (when a draft runs)
-    needs_planner: bool = False  # chooses its plan from this machine's measured costs
+    needs_planner: bool = False  # prices its work with this machine's measured costs
+    exact: bool = True  # output distributed as the target's (greedy: identical to ar)
 
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """The models that read the prompt before the first step (the driver times it)."""

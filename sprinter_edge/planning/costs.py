@@ -23,8 +23,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # the bench's full curve
-PLAN_SIZES = (1, 2, 4, 8, 16, 24)  # enough for planning: a few seconds per model
-FORMAT = 1  # bump when the measurement changes meaning
+PLAN_SIZES = (1, 2, 4, 8, 16, 24, 32)  # one logits row: enough to plan catch-ups
+# Every size a verification may have (all rows): the curve is not monotone (a call of a multiple
+# of 16 tokens can take a faster kernel path than one of 12), and proposal lengths follow it.
+FULL_SIZES = tuple(range(1, 33))
+FORMAT = 2  # bump when the measurement changes meaning
 _TEXT = ("def quicksort(items):\n    if len(items) <= 1:\n        return items\n    pivot = items[0]\n"
          "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ") * 8
 
@@ -55,14 +58,14 @@ class CostTable:
                    full={int(k): float(v) for k, v in data["all_rows_ms"].items()})
 
     def make_monotone(self) -> None:
-        """A call of more tokens (or more rows) never costs less: timing noise otherwise makes
-        a 5-token batch look cheaper than a 4-token one and misleads the planner."""
-        for table in (self.last, self.full):
-            top = 0.0
-            for n in sorted(table):
-                top = table[n] = max(table[n], top)
+        """A call of more tokens never costs less with one logits row (timing noise otherwise
+        makes a 5-token batch look cheaper than a 4-token one), and all rows never cost less
+        than one. The all-rows curve keeps its measured dips (see FULL_SIZES)."""
+        top = 0.0
+        for n in sorted(self.last):
+            top = self.last[n] = max(self.last[n], top)
         for n in self.full:
-            self.full[n] = max(self.full[n], self.last.get(n, 0.0))
+            self.full[n] = max(self.full[n], _interp(self.last, n))
 
 
 def _interp(table: dict[int, float], n: float) -> float:
@@ -78,27 +81,29 @@ def _interp(table: dict[int, float], n: float) -> float:
     return table[b] + (table[b] - table[a]) * (n - b) / (b - a)
 
 
-def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3) -> CostTable:
-    """Time decode calls of n tokens after a 64-token context, median of `repeats`."""
+def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
+            full_sizes: Sequence[int] | None = None) -> CostTable:
+    """Time decode calls of n tokens after a 64-token context, median of `repeats`: with one
+    logits row at `sizes`, with every row at `full_sizes` (default: the same)."""
+    full_sizes = sizes if full_sizes is None else full_sizes
     tokens = model.tokenize(_TEXT)
     context, batch = tokens[:64], tokens[64:]
-    if len(batch) < max(sizes):
-        batch = (batch * (max(sizes) // max(1, len(batch)) + 1))
+    longest = max(max(sizes), max(full_sizes))
+    if len(batch) < longest:
+        batch = (batch * (longest // max(1, len(batch)) + 1))
     model.sync(context, n_logits=0)
     model.eval(batch[:1], n_logits=1)  # warm-up: the first decode pages the weights in
     table = CostTable()
-    for n in sizes:
-        for rows, dest in ((1, table.last), (n, table.full)):
-            if n == 1 and dest is table.full:
-                table.full[1] = table.last[1]
-                continue
-            times = []
-            for _ in range(repeats):
-                model.rollback(len(context))
-                t0 = time.perf_counter()
-                model.eval(batch[:n], n_logits=rows)
-                times.append((time.perf_counter() - t0) * 1e3)
-            dest[n] = sorted(times)[len(times) // 2]
+    calls = [(n, 1, table.last) for n in sizes] + [(n, n, table.full) for n in full_sizes if n > 1]
+    for n, rows, dest in calls:
+        times = []
+        for _ in range(repeats):
+            model.rollback(len(context))
+            t0 = time.perf_counter()
+            model.eval(batch[:n], n_logits=rows)
+            times.append((time.perf_counter() - t0) * 1e3)
+        dest[n] = sorted(times)[len(times) // 2]
+    table.full[1] = table.last[1]
     model.rollback(0)
     table.make_monotone()
     log.info("decode costs measured for %s", getattr(model, "path", model))
@@ -149,7 +154,7 @@ def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring unreadable cost cache %s: %s", path, exc)
     log.info("measuring decode costs of %s (once for this machine, build and model)", model.path.name)
-    table = measure(model, sizes, repeats)
+    table = measure(model, sizes, repeats, FULL_SIZES)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

@@ -1,0 +1,208 @@
+"""Prompt lookup: propose the tokens that followed the longest earlier match of the context.
+
+The last few committed tokens are looked up in the prompt and the reply so far; where they
+occurred before, what followed them then is the proposal. It costs no model call, and replies
+that copy (edits, refactors, answers that quote a pasted file) accept long spans of it. How
+long a proposal pays is this machine's question: the target scores k + 1 rows in one decode,
+so a proposal of k tokens that the target accepts with probability a per token yields
+(1 - a^(k+1)) / (1 - a) tokens for c(k + 1) ms, against c(1) ms for one plain step. The
+proposer picks the k that maximises tokens per ms from the measured cost curve (which is not
+monotone: a call of 16 tokens can be cheaper than one of 12) and proposes nothing when no k
+beats a plain step. `a` is learned per length of the match (a longer match is a safer copy)
+and kept across replies of the same kind of request.
+
+Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
+cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
+place; the target then scores only what survived. The cut is a deterministic function of the
+context, so every proposal stays a point mass and the p/q test keeps the output exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .base import Proposal, Proposer
+
+if TYPE_CHECKING:
+    from ...planning.costs import CostTable
+    from ..base import DecodeContext
+
+MIN_MATCH = 3  # shortest suffix looked up (shorter matches are noise)
+MAX_MATCH = 16  # longest suffix compared
+MAX_PROPOSAL = 31  # a target call of at most 32 tokens
+SPEC_FACTOR = 2  # propose at most this many tokens per matched token (SuffixDecoding's cap)
+CANDIDATES = 32  # most recent occurrences compared per lookup
+BUCKETS = (3, 4, 6, 10, 16)  # match-length buckets of the acceptance evidence
+PRIOR = (0.55, 0.7, 0.85, 0.92, 0.96)  # prior per-token acceptance per bucket
+PRIOR_WEIGHT = 6.0  # ... worth this many observed tokens
+MEMORY = 400.0  # evidence per bucket is capped so a new kind of reply is learned quickly
+
+
+def bucket_of(match: int) -> int:
+    b = 0
+    for i, lo in enumerate(BUCKETS):
+        if match >= lo:
+            b = i
+    return b
+
+
+@dataclass
+class LookupEvidence:
+    """Per-token acceptance of copied spans, per match-length bucket (a geometric model:
+    each proposed token is accepted with probability a once the ones before it were)."""
+
+    accepted: list[float] = field(default_factory=lambda: [p * PRIOR_WEIGHT for p in PRIOR])
+    stopped: list[float] = field(default_factory=lambda: [(1 - p) * PRIOR_WEIGHT for p in PRIOR])
+
+    def rate(self, b: int) -> float:
+        return self.accepted[b] / (self.accepted[b] + self.stopped[b])
+
+    def add(self, b: int, accepted: int, stopped: bool) -> None:
+        total = self.accepted[b] + self.stopped[b]
+        if total > MEMORY:  # forget: recent replies weigh more
+            scale = MEMORY / total
+            self.accepted[b] *= scale
+            self.stopped[b] *= scale
+        self.accepted[b] += accepted
+        self.stopped[b] += 1.0 if stopped else 0.0
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Tokens one round commits when k tokens are proposed (the target's own token included)."""
+    a = min(a, 0.9999)
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
+def best_length(a: float, max_k: int, target: CostTable) -> tuple[int, float]:
+    """(k, ms per token) of the best proposal length; k = 0: a plain step is best."""
+    best_k, best_ms = 0, target.cost(1)
+    for k in range(1, max_k + 1):
+        ms = target.cost(k + 1, k + 1) / expected_tokens(a, k)
+        if ms < best_ms:
+            best_k, best_ms = k, ms
+    return best_k, best_ms
+
+
+def staged_cost(a: float, k: int, target: CostTable, draft: CostTable) -> float:
+    """ms per token of a staged round: the draft checks k tokens (k + 1 rows), the target
+    scores the agreed prefix and the draft's token at the cut. Assumes the draft agrees with a
+    copied token about as often as the target does (both read the same context)."""
+    a = min(a, 0.9999)
+    agreed = a * (1 - a ** k) / (1 - a)  # expected agreed prefix length
+    verified = agreed + (1 if agreed < k else 0) + 1
+    tokens = expected_tokens(a, k)
+    return (draft.cost(k + 1, k + 1) + target.cost(verified, verified)) / tokens
+
+
+class SuffixIndex:
+    """Where each n-gram of the sequence occurred (n = MIN_MATCH), grown as tokens commit."""
+
+    def __init__(self) -> None:
+        self.seq: list[int] = []
+        self.where: dict[tuple[int, ...], list[int]] = {}
+
+    def extend(self, seq: list[int]) -> None:
+        """Index the tokens of `seq` past what is indexed (`seq` only grows within a reply)."""
+        start = len(self.seq)
+        if seq[:start] != self.seq:  # a different sequence: start again
+            self.seq, self.where, start = [], {}, 0
+        self.seq.extend(seq[start:])
+        s, n = self.seq, MIN_MATCH
+        for end in range(max(n, start), len(s) + 1):
+            self.where.setdefault(tuple(s[end - n:end]), []).append(end)
+
+    def match(self) -> tuple[int, int]:
+        """(length, end) of the longest earlier match of the sequence's suffix; (0, 0) if none.
+        `end` is where the match ends: what followed it starts there."""
+        s = self.seq
+        if len(s) <= MIN_MATCH:
+            return 0, 0
+        ends = self.where.get(tuple(s[-MIN_MATCH:]))
+        if not ends:
+            return 0, 0
+        best_len, best_end = 0, 0
+        for end in reversed(ends[-CANDIDATES - 1:]):
+            if end >= len(s):  # the suffix itself
+                continue
+            m = MIN_MATCH
+            while m < MAX_MATCH and end - m - 1 >= 0 and s[end - m - 1] == s[len(s) - m - 1]:
+                m += 1
+            if m > best_len:
+                best_len, best_end = m, end
+                if m >= MAX_MATCH:
+                    break
+        return best_len, best_end
+
+
+class PromptLookup(Proposer):
+    """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs)."""
+
+    name = "lookup"
+
+    def __init__(self, evidence: LookupEvidence | None = None, *, stage: bool | None = False):
+        self.evidence = evidence if evidence is not None else LookupEvidence()
+        self.stage = stage
+        self.uses_draft = stage is not False
+        self.index = SuffixIndex()
+        self._bucket = self._span = self._cut = 0
+
+    def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
+        self.index = SuffixIndex()
+        self.index.extend(prompt)
+
+    def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        self.index.extend(seq)
+        match, end = self.index.match()
+        if not match:
+            return Proposal()
+        follow = self.index.seq[end:end + min(MAX_PROPOSAL, SPEC_FACTOR * match, max(ctx.remaining - 1, 0))]
+        if not follow:
+            return Proposal()
+        b = self._bucket = bucket_of(match)
+        a = self.evidence.rate(b)
+        planner = ctx.planner
+        assert planner is not None, "prompt lookup prices proposals with this machine's costs"
+        k, direct_ms = best_length(a, len(follow), planner.target)
+        stage = self.stage
+        if stage is not False and ctx.draft is not None and planner.draft is not None:
+            staged_ms = staged_cost(a, len(follow), planner.target, planner.draft)
+            if stage is None:
+                stage = staged_ms < direct_ms and staged_ms < planner.target.cost(1)
+        else:
+            stage = False
+        if stage:
+            return self._staged(ctx, seq, follow)
+        if k == 0:
+            return Proposal()
+        tokens = list(follow[:k])
+        ctx.stats.lookup_tokens += len(tokens)
+        return Proposal(tokens, list(tokens), source="lookup")
+
+    def _staged(self, ctx: DecodeContext, seq: list[int], follow: list[int]) -> Proposal:
+        """The draft reads the span in one decode; keep what it agrees with, plus its own
+        token where it first disagrees (or after the span)."""
+        out = ctx.draft_step(seq + follow, n_logits=len(follow) + 1)
+        choice = np.argmax(out.logits, axis=1)
+        cut = 0
+        while cut < len(follow) and int(choice[cut]) == follow[cut]:
+            cut += 1
+        tokens = list(follow[:cut])
+        if cut < ctx.remaining - 1 and not (tokens and ctx.text_eog(tokens[-1])):
+            tokens.append(int(choice[cut]))
+        ctx.stats.lookup_tokens += len(follow)
+        ctx.stats.draft_tokens += len(tokens) - cut
+        self._span, self._cut = len(follow), cut
+        return Proposal(tokens, list(tokens), source="staged")
+
+    def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
+        if not proposal.tokens:
+            return
+        ctx.stats.lookup_accepted += accepted
+        if proposal.source == "lookup":
+            self.evidence.add(self._bucket, accepted, stopped=accepted < len(proposal))
+        else:  # staged: the draft's agreement stands in for the target's on the cut part
+            copied = min(self._cut, accepted)
+            self.evidence.add(self._bucket, copied, stopped=copied < self._span)

@@ -1,0 +1,126 @@
+"""Prompt lookup and staged proposals: the matcher, the pricing, and exactness on the fixture.
+
+Greedy: `lookup` and `staged` are token-identical to `ar` (the fixture's kernels are
+batch-invariant). Sampled: a copied span is a point mass for the p/q test, so the joint
+distribution of the first tokens is the target's (chi-square, alpha = 1e-3, fixed seeds).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from test_exactness import ALPHA, PROMPTS, _cell, _chisquare_pvalue, _exact_joint
+
+from sprinter_edge import Engine, SamplingParams
+from sprinter_edge.decoding.proposers.lookup import (
+    LookupEvidence,
+    SuffixIndex,
+    best_length,
+    bucket_of,
+)
+from sprinter_edge.decoding.sampling import Sampler
+from sprinter_edge.planning.costs import CostTable
+from sprinter_edge.planning.planner import Planner
+
+COPY = ("Repeat this code exactly, in one python block:\n```python\ndef area(width, height):\n"
+        "    \"\"\"The area of a rectangle.\"\"\"\n    return width * height\n\n\n"
+        "def perimeter(width, height):\n    return 2 * (width + height)\n```")
+
+
+def flat(ms: float = 10.0) -> CostTable:
+    """A machine where a decode call costs the same whatever its size (proposals always pay)."""
+    sizes = range(1, 33)
+    return CostTable(last=dict.fromkeys(sizes, ms), full=dict.fromkeys(sizes, ms))
+
+
+def test_suffix_index_finds_the_longest_earlier_match() -> None:
+    index = SuffixIndex()
+    #        0  1  2  3  4  5  6  7  8  9 10 11 12 13
+    index.extend([1, 2, 3, 4, 9, 9, 2, 3, 4, 5, 6, 7, 2, 3])
+    assert index.match() == (0, 0)  # the suffix (7, 2, 3) never occurred before
+    index.extend(index.seq + [4])
+    length, end = index.match()  # suffix ... 2 3 4: at 1-3 and at 6-8 (longer: 7? no) -> most recent
+    assert length == 3 and index.seq[end:end + 3] == [5, 6, 7]
+    index.extend(index.seq + [5, 6])
+    length, end = index.match()  # 2 3 4 5 6 matches positions 6..10
+    assert length == 5 and index.seq[end] == 7
+    index.extend([8, 8, 8])  # a different sequence: indexed anew
+    assert index.seq == [8, 8, 8] and index.match() == (0, 0)
+
+
+def test_pricing_follows_the_measured_curve_and_declines_what_does_not_pay() -> None:
+    # compute-bound CPU: every row costs about 20 ms, one step 40 ms, and 16 rows take a
+    # faster path than 12
+    full = {n: 40.0 + 20.0 * (n - 1) for n in range(1, 33)}
+    full[16] = full[12] - 5.0
+    table = CostTable(last={n: 40.0 + 2.0 * (n - 1) for n in range(1, 33)}, full=full)
+    k, ms = best_length(0.98, 20, table)
+    assert k == 15 and ms < 40.0  # the dip at 16 rows wins over any shorter proposal
+    assert best_length(0.4, 20, table) == (0, 40.0)  # an unsure copy is not worth a batch
+    assert best_length(0.98, 20, flat())[0] == 20  # on flat costs propose all there is
+
+
+def test_evidence_learns_per_bucket_and_forgets() -> None:
+    ev = LookupEvidence()
+    b = bucket_of(12)
+    before = ev.rate(b)
+    for _ in range(50):
+        ev.add(b, 0, stopped=True)
+    assert ev.rate(b) < 0.1 < before
+    assert ev.rate(bucket_of(3)) == LookupEvidence().rate(bucket_of(3))  # other buckets untouched
+
+
+def test_point_mass_proposals_keep_the_target_distribution() -> None:
+    """verify(x, p, q=x): accept w.p. p(x), else draw from p without x: the output is p."""
+    p = np.array([0.5, 0.3, 0.2])
+    sampler = Sampler(SamplingParams(temperature=1.0, seed=3))
+    n = 6000
+    counts = Counter()
+    for _ in range(n):
+        ok, other = sampler.verify(1, p, 1)
+        counts[1 if ok else other] += 1
+    from scipy import stats
+
+    obs = np.array([counts[i] for i in range(3)], float)
+    assert stats.chisquare(obs, p * n).pvalue > ALPHA, counts
+
+
+@pytest.fixture
+def lookup_engine(fixture_engine: Engine):
+    planner = Planner(flat(), flat())
+    fixture_engine.set_planner(planner)
+    yield fixture_engine
+    fixture_engine.set_planner(None)
+
+
+@pytest.mark.parametrize("method", ["lookup", "staged"])
+def test_greedy_lookup_is_identical_to_ar(lookup_engine: Engine, method: str) -> None:
+    engine = lookup_engine
+    params = SamplingParams(max_tokens=48)
+    copied = 0
+    for prompt in (COPY, *PROMPTS[:6]):
+        ar = engine.generate(prompt, params, method="ar")
+        got = engine.generate(prompt, params, method=method)
+        assert got.token_ids == ar.token_ids, (method, prompt)
+        copied += got.stats.lookup_accepted
+        assert got.stats.exact
+    assert copied > 5  # the copy prompt really ran on copied spans
+
+
+def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> None:
+    engine = lookup_engine
+    params = SamplingParams(temperature=1.0, top_k=3, max_tokens=3)
+    # the prompt's tail occurred before, so the very first round proposes a copied span
+    prompt = engine.encode("one two three four, one two three four, one two", chat=False)
+    exact = _exact_joint(engine.target, prompt, params, depth=3)
+    n = 300
+    counts: Counter = Counter()
+    proposed = 0
+    for seed in range(n):
+        result = engine.generate(prompt, params.replace(seed=seed), method="lookup")
+        counts[_cell(result)] += 1
+        proposed += result.stats.lookup_tokens
+    assert proposed >= n  # proposals were made and tested
+    assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
