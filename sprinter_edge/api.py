@@ -22,7 +22,7 @@ from .decoding import DecodeContext, Generation, GenerationResult, Stats, Strate
 from .decoding.sampling import Sampler, SamplingParams
 from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
 from .planning.planner import Planner, make_planner
-from .prompting import Message, prompt_domain, prompt_tokens, render_chat
+from .prompting import Message, prompt_domain, prompt_tokens, render_chat, request_kind
 from .verifiers.base import Verifier
 from .verifiers.loading import resolve_verifier
 from .verifiers.operating_point import OperatingPoint
@@ -164,7 +164,7 @@ class Engine:
             _ = self.target
         if self._uses_draft(strategy):
             _ = self.draft
-            if strategy.needs_verifier:
+            if strategy.needs_verifier and (strategy.exact is False or self.settings.point.is_set):
                 self.threshold()
         if strategy.needs_planner:
             self.planner()
@@ -175,9 +175,11 @@ class Engine:
         what the pair's replies have shown so far."""
         if self._planner is None:
             draft = self.draft if self.draft_path is not None else None
+            # the verifier (its cost, its flag-rate prior) matters only where SPRINTER may run
+            scored = draft is not None and (self.settings.method == "sprinter" or self.settings.point.is_set)
             self._planner = make_planner(
-                self.target, draft, self.verifier if draft is not None else None,
-                self.threshold() if draft is not None else None, self.settings.run_cap,
+                self.target, draft, self.verifier if scored else None,
+                self.threshold() if scored else None, self.settings.run_cap,
                 self.pair.acceptance if self.pair is not None else None)
         return self._planner
 
@@ -274,6 +276,7 @@ class Engine:
         params = params or SamplingParams()
         strategy = self._check_method(method or self.settings.method)
         tokens = self._prompt_ids(prompt, chat)
+        point = operating_point or self.settings.point
         target = self.target if strategy.needs_target else None
         draft = self.draft if self._uses_draft(strategy) else None
         n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
@@ -290,12 +293,16 @@ class Engine:
             target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
             max_new_tokens=budget, run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
         )
-        if strategy.needs_verifier and draft is not None:
+        request = self.text_model.detokenize(tokens) if isinstance(prompt, list) else prompt
+        ctx.kind = ctx.stats.kind = request_kind(request)
+        ctx.stats.exact = strategy.exact
+        # auto runs an approximate plan only when the caller chose an operating point
+        ctx.approximate_ok = strategy.name != "auto" or (point.is_set or verifier is not None)
+        if strategy.needs_verifier and draft is not None and ctx.approximate_ok:
             ctx.verifier = verifier or self.verifier
-            domain = prompt_domain(self.text_model.detokenize(tokens) if isinstance(prompt, list)
-                                   else prompt)
+            domain = prompt_domain(request)
             regime = "greedy" if params.greedy else "sampled"
-            ctx.threshold = self.threshold(operating_point, ctx.verifier, domain, regime)
+            ctx.threshold = self.threshold(point, ctx.verifier, domain, regime)
             ctx.stats.verifier = ctx.verifier.name
             ctx.stats.domain = domain
             ctx.stats.threshold = ctx.threshold

@@ -23,12 +23,28 @@ _CODE_CUES = re.compile(
 
 def prompt_domain(prompt: str | Sequence[Message]) -> str:
     """'code' when the request is about code, else 'chat' (the user's messages are read)."""
+    return "code" if _CODE_CUES.search(_user_text(prompt)) else "chat"
+
+# A request that carries code or a document the reply may copy: a fenced block of a few lines,
+# or a long paste. Copy-based proposals pay there; auto keeps its evidence per kind.
+_FENCED = re.compile(r"```[^\n]*\n(?:[^\n]*\n){3,}?[^\n]*```", re.S)
+_PASTE_CHARS = 1200
+
+
+def request_kind(prompt: str | Sequence[Message]) -> str:
+    """'edit' (the request carries code or a document to work on), else prompt_domain's."""
+    text = _user_text(prompt)
+    if _FENCED.search(text) or len(text) >= _PASTE_CHARS:
+        return "edit"
+    return prompt_domain(prompt)
+
+
+def _user_text(prompt: str | Sequence[Message]) -> str:
     if isinstance(prompt, str):
-        text = prompt
-    else:
-        text = "\n".join(str(m.get("content", "")) for m in prompt
-                         if isinstance(m, dict) and m.get("role") == "user")
-    return "code" if _CODE_CUES.search(text) else "chat"
+        return prompt
+    return "\n".join(str(m.get("content", "")) for m in prompt
+                     if isinstance(m, dict) and m.get("role") == "user")
+
 
 _FALLBACK = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
 

@@ -14,6 +14,7 @@ import pytest
 from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.planning.costs import CostTable, machine_costs
 from sprinter_edge.planning.planner import Plan, Planner
+from sprinter_edge.verifiers.operating_point import OperatingPoint
 
 SIZES = (1, 2, 4, 8, 16, 24, 32)
 
@@ -24,39 +25,54 @@ def table(single_ms: float, batch_factor: float) -> CostTable:
     return CostTable(last=last, full={n: v * (1.1 if n > 1 else 1.0) for n, v in last.items()})
 
 
+COPY_PLANS = ("ar", "lookup")  # what remains when no draft plan pays: both exact, one model
+
+
 def test_flat_batches_and_a_cheap_draft_pick_speculation() -> None:
     # GPU-like: a batch costs about one token; the draft is 5x cheaper than the target
     planner = Planner(table(30, 0.02), table(6, 0.02))
     plan, why = planner.best()
-    assert plan.method in ("sd", "sprinter") and "x ar" in why
+    assert plan.method == "sd" and "x ar" in why  # exact by default
     ar = next(p for p in planner.plans() if p.method == "ar")
-    assert plan.ms_per_token < 0.6 * ar.ms_per_token
+    assert plan.ms_per_token < 0.7 * ar.ms_per_token
+    approx, _ = planner.best(approximate=True)  # the caller chose an operating point
+    assert approx.method in ("sd", "sprinter") and approx.ms_per_token <= plan.ms_per_token
 
 
-def test_compute_bound_batches_pick_ar() -> None:
-    # every extra token in a batch costs a full step: verifying never pays
+def test_sprinter_is_a_candidate_only_when_approximation_is_allowed() -> None:
+    planner = Planner(table(30, 0.02), table(6, 0.02))
+    assert not [p for p in planner.plans() if p.method == "sprinter"]
+    assert [p for p in planner.plans(approximate=True) if p.method == "sprinter"]
+    assert all(p.exact for p in planner.plans())
+
+
+def test_compute_bound_batches_pick_no_draft_plan() -> None:
+    # every extra token in a batch costs a full step: verifying draft tokens never pays
     planner = Planner(table(30, 1.0), table(10, 1.0))
-    plan, why = planner.best()
-    assert plan.method == "ar" and "not worth it" in why
+    plan, _ = planner.best()
+    assert plan.method in COPY_PLANS
+    sd = min(p.ms_per_token for p in planner.plans() if p.method == "sd")
+    assert sd > planner.raw_ms("ar")
 
 
-def test_a_draft_as_slow_as_the_target_picks_ar() -> None:
+def test_a_draft_as_slow_as_the_target_picks_no_draft_plan() -> None:
     planner = Planner(table(30, 0.2), table(30, 0.2))
-    assert planner.best()[0].method == "ar"
+    assert planner.best()[0].method in COPY_PLANS
 
 
-def test_no_draft_means_ar() -> None:
-    plan, why = Planner(table(30, 0.02), None).best()
-    assert plan.method == "ar" and why == "no draft model"
+def test_no_draft_means_ar_or_lookup() -> None:
+    planner = Planner(table(30, 0.02), None)
+    assert {p.method for p in planner.plans(approximate=True)} == set(COPY_PLANS)
+    assert planner.best()[0].method in COPY_PLANS
 
 
-def test_measured_slowness_moves_the_choice_to_ar() -> None:
+def test_measured_slowness_moves_the_choice_away() -> None:
     planner = Planner(table(30, 0.05), table(6, 0.05))
     first, _ = planner.best()
-    assert first.method != "ar"
+    assert first.method == "sd"
     # it ran 3x slower than predicted (threads fighting, say): the planner believes the clock
     planner.observe_time(first, 200, 3 * planner.predicted(first) * 200 / 1e3)
-    assert planner.best()[0].method == "ar"
+    assert planner.best()[0].method in COPY_PLANS
 
 
 def test_acceptance_evidence_changes_the_prediction() -> None:
@@ -64,13 +80,30 @@ def test_acceptance_evidence_changes_the_prediction() -> None:
     before = planner.raw_ms("sd", draft_len=4)
     planner.observe_sd(accepted=10, rejected=290)  # the draft is almost always wrong here
     assert planner.raw_ms("sd", draft_len=4) > before
-    assert planner.best()[0].method == "ar"
+    assert planner.best()[0].method in COPY_PLANS
 
 
 def test_run_cap_bounds_the_candidates() -> None:
     planner = Planner(table(30, 0.02), table(6, 0.02), max_run_cap=8)
-    caps = {p.run_cap for p in planner.plans() if p.method == "sprinter"}
+    caps = {p.run_cap for p in planner.plans(approximate=True) if p.method == "sprinter"}
     assert caps and max(caps) == 8
+
+
+def test_evidence_is_kept_per_kind_and_close_plans_are_probed() -> None:
+    planner = Planner(table(30, 1.0), table(10, 1.0))  # no draft plan pays
+    first, _ = planner.best("edit")
+    assert first.method == "lookup"  # its prior: a plain step plus proposals that pay
+    planner.observe_time(first, 100, 100 * 0.6 * 30 / 1e3, "edit")  # measured: 0.6x ar's time
+    assert planner.best("edit")[0].method == "lookup"  # nothing else is predicted within 15%
+    planner.observe_time(first, 400, 400 * 0.95 * 30 / 1e3, "edit")  # later replies: 0.95x ar
+    probe, why = planner.best("edit")
+    assert probe.method in ("ar", "staged") and "probing" in why  # close enough to be worth a look
+    for p in planner.plans("edit"):  # measured slower: the best is kept, no more probes
+        if p.method in ("ar", "staged"):
+            planner.observe_time(p, 100, 100 * 1.2 * 30 / 1e3, "edit")
+    assert planner.best("edit")[0].method == "lookup"
+    # a chat request has its own evidence: nothing measured there yet
+    assert planner.measured.get(("chat", "lookup")) is None
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -113,21 +146,21 @@ class Scripted(Planner):
         self.script = script
         self.calls = 0
 
-    def best(self) -> tuple[Plan, str]:
+    def best(self, kind: str = "chat", approximate: bool = False) -> tuple[Plan, str]:
         plan = self.script[min(self.calls, len(self.script) - 1)]
         self.calls += 1
         return plan, "scripted"
 
-    def ms_of(self, plan: Plan) -> float:
+    def ms_of(self, plan: Plan, kind: str = "chat") -> float:
         return plan.ms_per_token * 10  # whatever runs now looks slow: the next look switches
 
 
 def test_switching_plans_mid_reply_keeps_greedy_output_exact(engine: Engine) -> None:
     prompt = "Write a short story about a lighthouse keeper."
     ar = engine.generate(prompt, SamplingParams(max_tokens=80), method="ar")
-    # sd(k=3) -> ar -> sd(k=1) -> ar ...: each switch re-syncs the models' caches
-    script = [Plan("sd", 100.0, draft_len=3), Plan("ar", 100.0), Plan("sd", 100.0, draft_len=1),
-              Plan("ar", 100.0)]
+    # sd(k=3) -> ar -> staged -> sd(k=1) -> lookup ...: each switch re-syncs the models' caches
+    script = [Plan("sd", 100.0, draft_len=3), Plan("ar", 100.0), Plan("staged", 100.0),
+              Plan("sd", 100.0, draft_len=1), Plan("lookup", 100.0)]
     engine.set_planner(Scripted(engine.planner(), script))
     try:
         auto = engine.generate(prompt, SamplingParams(max_tokens=80))
@@ -150,11 +183,33 @@ def test_auto_that_picks_ar_never_touches_the_draft(engine: Engine) -> None:
     assert engine.draft.tokens == []  # not even a prefill: time to first token is ar's
 
 
-def test_auto_without_a_draft_is_ar(fixture_target_path: Path) -> None:
+def test_auto_without_a_draft_runs_one_model(fixture_target_path: Path) -> None:
     with Engine(fixture_target_path, None, method="auto",
                 hardware=Hardware(n_ctx=512, n_threads=1)) as eng:
         result = eng.generate("Hi", SamplingParams(max_tokens=4))
-    assert result.stats.plan == "ar" and result.stats.draft_calls == 0
+    assert result.stats.plan in COPY_PLANS and result.stats.draft_calls == 0
+
+
+def test_default_auto_is_exact_even_where_sprinter_would_be_fastest(engine: Engine) -> None:
+    """A flat-cost machine where SPRINTER is predicted fastest: without an operating point auto
+    never runs it (greedy output identical to ar); with one it may."""
+    flat = Planner(table(30, 0.0), table(3, 0.0))
+    assert flat.best(approximate=True)[0].method == "sprinter"
+    prompt = "Write a short story about a lighthouse keeper."
+    ar = engine.generate(prompt, SamplingParams(max_tokens=40), method="ar")
+    engine.set_planner(flat)
+    try:
+        exact = engine.generate(prompt, SamplingParams(max_tokens=40))
+        engine.set_planner(Planner(table(30, 0.0), table(3, 0.0)))  # before any measurement
+        approx = engine.generate(prompt, SamplingParams(max_tokens=40),
+                                 operating_point=OperatingPoint(preset="fast"))
+    finally:
+        engine.set_planner(None)
+    assert exact.token_ids == ar.token_ids and exact.stats.exact
+    assert not any(p.startswith("sprinter") for p in exact.stats.plans_run)
+    assert exact.stats.guarantee.startswith("exact")
+    assert any(p.startswith("sprinter") for p in approx.stats.plans_run) and not approx.stats.exact
+    assert approx.stats.guarantee.startswith("approximate")
 
 
 def test_cost_tables_are_made_monotone() -> None:

@@ -100,6 +100,7 @@ def format_stats(session: ChatSession) -> str:
         f"{s.draft_calls}",
         f"tokens: target {s.target_sampled}, draft {s.draft_sampled}, kept {s.kept}, "
         f"accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}, flags {s.flags}",
+        f"output: {s.guarantee}",
     ]
     return "\n".join(lines)
 

@@ -39,11 +39,14 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--method", choices=METHODS, default=method_default,
-                   help="auto: the fastest of ar, sd and sprinter on this machine, chosen from "
-                        "measured decode costs and re-checked as it runs (never meant to be slower "
-                        "than ar); ar: target only; draft: draft only; sd: speculative decoding "
-                        "(lossless); sprinter: approximate verification by the verifier. "
-                        "Default: %(default)s")
+                   help="auto: the fastest EXACT plan on this machine (ar, sd, lookup, staged), "
+                        "chosen from measured decode costs and what each plan measured on this kind "
+                        "of request, re-checked as it runs; it may also run sprinter only when you "
+                        "give --threshold, --preset or --max-fp-rate. ar: target only; sd: the draft "
+                        "proposes k tokens (exact); lookup: spans of the prompt and reply proposed "
+                        "for free, one model (exact); staged: such spans checked by the draft first "
+                        "(exact); sprinter: approximate verification by the verifier; draft: draft "
+                        "only. Default: %(default)s")
     g.add_argument("--max-tokens", type=int, default=SamplingParams.max_tokens,
                    help="new tokens at most (default: %(default)s)")
     g.add_argument("--temperature", type=float, default=SamplingParams.temperature,

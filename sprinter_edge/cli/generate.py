@@ -50,10 +50,15 @@ def run(args: argparse.Namespace) -> int:
               f"{s.target_calls} target calls ({s.target_calls_per_token:.3f}/token), "
               f"kept {s.kept}, accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}",
               file=sys.stderr)
+        print(f"[output] {s.guarantee}", file=sys.stderr)
+        if s.lookup_tokens:
+            print(f"[lookup] {s.lookup_accepted} of {s.lookup_tokens} copied tokens accepted "
+                  f"(a {s.kind} request)", file=sys.stderr)
         if s.threshold is not None:
             print(f"[verifier] {s.verifier} at threshold {s.threshold:g} (a {s.domain} request)",
                   file=sys.stderr)
         if s.plan:
-            print(f"[auto] ran {s.plan} ({s.plan_switches} switches): {s.plan_reason}", file=sys.stderr)
+            print(f"[auto] ran {' -> '.join(s.plans_run) or s.plan} ({s.plan_switches} switches): "
+                  f"{s.plan_reason}", file=sys.stderr)
     engine.close()
     return 0

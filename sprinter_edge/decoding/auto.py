@@ -1,7 +1,12 @@
-"""`auto`: run whichever of ar, sd and sprinter is fastest on this machine, and keep checking.
+"""`auto`: run whichever exact plan is fastest on this machine for this kind of request, and
+keep checking.
 
-The planner (planning/planner.py) predicts each method's time per token from this machine's
-measured decode costs and the pair's acceptance statistics. `auto` runs the predicted best,
+The plans are configurations of the speculative loop: ar, sd (draft length), lookup and staged
+(prompt-lookup proposals), and sprinter (run cap) only when the caller chose an approximate
+operating point; so by default the output is the target's. The planner (planning/planner.py)
+predicts each plan's time per token from this machine's measured decode costs, the pair's
+acceptance statistics and what each plan measured on earlier requests of the same kind (edit,
+code, chat), and probes close plans it has not measured yet. `auto` runs the predicted best,
 times every step of its own work (never the consumer's), and every few tokens tells the
 planner what it saw; when another plan is predicted clearly faster for the rest of the reply,
 including the cost of catching a model up, it switches. The planner outlives the reply, so
@@ -15,10 +20,11 @@ from collections.abc import Iterator
 
 from ..backend.llama import LlamaModel, common_prefix
 from ..planning.planner import Plan, Planner
-from .ar import Autoregressive
 from .base import DecodeContext, Stats, Step, Strategy
-from .sd import Speculative
-from .sprinter import Sprinter
+from .loop import run_loop
+from .proposers.base import NoProposal, Proposer
+from .proposers.draft import DraftProposer, FixedLength, VerifierRun
+from .proposers.lookup import PromptLookup
 
 REPLAN_EVERY = 16  # tokens between looks at the evidence
 SWITCH_GAIN = 0.05  # a switch must be predicted >= 5% faster for the rest of the reply
@@ -26,15 +32,15 @@ SWITCH_GAIN = 0.05  # a switch must be predicted >= 5% faster for the rest of th
 
 class Auto(Strategy):
     name = "auto"
-    uses_draft = True  # when the engine has one; without it `auto` is `ar`
-    needs_verifier = True
+    uses_draft = True  # when the engine has one; without it `auto` chooses ar or lookup
+    needs_verifier = True  # only when the caller allows an approximate plan
     needs_planner = True
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
 
     def target_rows(self, n_tokens: float) -> float:
-        return n_tokens if self.plan is not None and self.plan.method == "sd" else 2.0
+        return 2.0 if self.plan is not None and self.plan.method == "sprinter" else n_tokens
 
     def _planner(self, ctx: DecodeContext) -> Planner:
         assert ctx.planner is not None, "auto needs a planner (Engine provides one)"
@@ -43,10 +49,10 @@ class Auto(Strategy):
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """Decide the first plan, then read the prompt only with the models it uses."""
         planner = self._planner(ctx)
-        self.plan, why = planner.best()
+        self.plan, why = planner.best(ctx.kind, ctx.approximate_ok)
         ctx.stats.plan, ctx.stats.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
-        if self.plan.method != "ar" and ctx.draft is not None:
+        if _uses_draft(self.plan) and ctx.draft is not None:
             models.append(ctx.draft)
         return models
 
@@ -54,12 +60,14 @@ class Auto(Strategy):
         planner = self._planner(ctx)
         stats = ctx.stats
         if self.plan is None:
-            self.plan, stats.plan_reason = planner.best()
+            self.plan, stats.plan_reason = planner.best(ctx.kind, ctx.approximate_ok)
         seq = list(prompt)
         while True:
             plan = self.plan
             stats.plan = plan.label
-            inner = self._start(ctx, plan, seq)
+            stats.plans_run.append(plan.label)
+            stats.exact = stats.exact and plan.exact
+            inner = run_loop(ctx, seq, self._proposer(ctx, planner, plan))
             base = _counters(stats)
             seg_tokens, seg_seconds, since_look = 0, 0.0, 0
             switch_to: tuple[Plan, str] | None = None
@@ -74,52 +82,57 @@ class Auto(Strategy):
                     yield step
                     if since_look >= REPLAN_EVERY:
                         since_look = 0
-                        self._learn(planner, plan, stats, base, seg_tokens, seg_seconds)
+                        self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds)
                         base, seg_tokens, seg_seconds = _counters(stats), 0, 0.0
                         switch_to = self._should_switch(ctx, planner, plan, seq)
             finally:
                 inner.close()
-                self._learn(planner, plan, stats, base, seg_tokens, seg_seconds)
+                self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds)
             self.plan, stats.plan_reason = switch_to
             stats.plan_switches += 1
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
-    def _start(ctx: DecodeContext, plan: Plan, seq: list[int]) -> Iterator[Step]:
+    def _proposer(ctx: DecodeContext, planner: Planner, plan: Plan) -> Proposer:
         if plan.method == "sd":
-            ctx.draft_len = plan.draft_len
-            return Speculative().run(ctx, seq)
+            return DraftProposer(FixedLength(plan.draft_len))
         if plan.method == "sprinter":
-            ctx.run_cap = plan.run_cap
-            return Sprinter().run(ctx, seq)
-        return Autoregressive().run(ctx, seq)
+            assert ctx.verifier is not None
+            return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, plan.run_cap, ctx.verify_eog))
+        if plan.method in ("lookup", "staged"):
+            return PromptLookup(planner.lookup_evidence(ctx.kind), stage=plan.method == "staged")
+        return NoProposal()
 
     @staticmethod
-    def _learn(planner: Planner, plan: Plan, stats: Stats, base: dict[str, int], tokens: int,
+    def _learn(planner: Planner, plan: Plan, ctx: DecodeContext, base: dict[str, int], tokens: int,
                seconds: float) -> None:
-        now = _counters(stats)
+        now = _counters(ctx.stats)
         d = {k: now[k] - base[k] for k in now}
         if plan.method == "sd":
             planner.observe_sd(d["accepted"], d["resampled"])
         elif plan.method == "sprinter":
             planner.observe_sprinter(d["kept"], d["flags"], d["accepted"], d["resampled"])
-        planner.observe_time(plan, tokens, seconds)
+        planner.observe_time(plan, tokens, seconds, ctx.kind)
 
     @staticmethod
     def _should_switch(ctx: DecodeContext, planner: Planner, plan: Plan,
                        seq: list[int]) -> tuple[Plan, str] | None:
-        best, why = planner.best()
+        best, why = planner.best(ctx.kind, ctx.approximate_ok)
         if best.label == plan.label:
             return None
-        current_ms = planner.ms_of(plan)
+        current_ms = planner.ms_of(plan, ctx.kind)
         behind = 0
-        if best.method != "ar" and ctx.draft is not None:
+        if _uses_draft(best) and ctx.draft is not None:
             behind = len(seq) - common_prefix(ctx.draft.tokens, seq)
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
         if gain_ms <= planner.switch_ms(behind, to_draft=True) or \
                 best.ms_per_token > current_ms * (1 - SWITCH_GAIN):
             return None
         return best, f"switched from {plan.label}: {why}"
+
+
+def _uses_draft(plan: Plan) -> bool:
+    return plan.method in ("sd", "staged", "sprinter")
 
 
 _COUNTED = ("accepted", "resampled", "kept", "flags")

@@ -1,6 +1,13 @@
 """The `auto` method's brain: predict each method's milliseconds per token on this machine and
 pick the fastest, learning from what actually happens.
 
+Candidates: `ar`, `sd` (draft length), `lookup` and `staged` (prompt-lookup proposals, priced
+per round by the proposer itself), all exact; `sprinter` (run cap) only when the caller allows
+an approximate operating point. Evidence is kept per kind of request (edit, code, chat): a
+copy-heavy edit and a fresh chat reply favour different plans. A plan whose prediction is
+within PROBE_WITHIN of the best but that has not run for PROBE_TOKENS tokens on this kind is
+probed: predictions for copy-based proposals are guesses until measured.
+
 Prediction = this machine's measured decode costs (costs.py) x the pair's acceptance
 statistics (how often the target accepts a drafted token, how often the verifier flags one).
 Both are estimates, so the planner keeps two kinds of evidence as it runs, across replies:
@@ -22,6 +29,13 @@ import numpy as np
 from .costs import CostTable
 
 SD_DRAFT_LENS = (1, 2, 3, 4, 5, 6, 8)
+KINDS = ("edit", "code", "chat")
+# Before any measurement: prompt lookup is a plain step plus proposals that pass its own cost
+# test, so slightly better than ar; staged adds a draft batch per proposal.
+LOOKUP_PRIOR, STAGED_PRIOR = 0.98, 1.0
+PROBE_WITHIN = 0.15  # probe a plan predicted within 15% of the best ...
+PROBE_TOKENS = 48  # ... until it has run this many tokens on this kind of request
+PROBED = ("ar", "lookup", "staged")  # plans whose speed is learned by running them
 RUN_CAPS = (4, 6, 8, 12, 16, 20, 24, 32)
 MARGIN = 0.05  # a speculative plan must be predicted >= 5% faster than ar to be chosen
 PRIOR_WEIGHT = 32.0  # priors count as this many observed tokens
@@ -45,7 +59,7 @@ class Running:
 
 @dataclass(frozen=True)
 class Plan:
-    method: str  # ar | sd | sprinter
+    method: str  # ar | sd | lookup | staged | sprinter
     ms_per_token: float  # predicted, after the efficiency correction
     draft_len: int = 0  # sd
     run_cap: int | None = None  # sprinter
@@ -62,10 +76,14 @@ class Plan:
     def tokens_per_second(self) -> float:
         return 1e3 / self.ms_per_token if self.ms_per_token > 0 else 0.0
 
+    @property
+    def exact(self) -> bool:
+        return self.method != "sprinter"
+
 
 @dataclass
 class Planner:
-    """Chooses among ar, sd (draft length) and sprinter (run cap) for one engine."""
+    """Chooses among ar, sd (draft length), lookup, staged and sprinter (run cap) for one engine."""
 
     target: CostTable
     draft: CostTable | None = None
@@ -78,6 +96,16 @@ class Planner:
     flagged_accept: Running = field(default_factory=lambda: Running(0.5))
     # measured / predicted time per method (1 = the cost model is right)
     efficiency: dict[str, Running] = field(default_factory=dict)
+    # per kind of request: measured ms per token of each plan label, and tokens it ran
+    measured: dict[tuple[str, str], Running] = field(default_factory=dict)
+    ran: dict[tuple[str, str], int] = field(default_factory=dict)
+    # per kind of request: acceptance of copied spans (the lookup proposers read and write it)
+    lookup: dict[str, Any] = field(default_factory=dict)
+
+    def lookup_evidence(self, kind: str) -> Any:
+        from ..decoding.proposers.lookup import LookupEvidence
+
+        return self.lookup.setdefault(kind, LookupEvidence())
 
     # ------------------------------------------------------------------ predictions
     def _eff(self, method: str) -> float:
@@ -121,48 +149,84 @@ class Planner:
             return ms / tokens
         raise ValueError(f"no cost model for method {method!r}")
 
-    def plans(self) -> list[Plan]:
-        """Every candidate with its corrected prediction, fastest first."""
-        out = [Plan("ar", self.raw_ms("ar") * self._eff("ar"))]
+    def plans(self, kind: str = "chat", approximate: bool = False) -> list[Plan]:
+        """Every candidate with its corrected prediction, fastest first. `approximate`: the
+        caller chose an operating point, so SPRINTER may run."""
+        ar_ms = self._kind_ms(kind, "ar", self.raw_ms("ar") * self._eff("ar"))
+        out = [Plan("ar", ar_ms)]
+        out.append(Plan("lookup", self._kind_ms(kind, "lookup", ar_ms * LOOKUP_PRIOR)))
         if self.draft is not None:
-            out += [Plan("sd", self.raw_ms("sd", draft_len=k) * self._eff("sd"), draft_len=k)
+            out.append(Plan("staged", self._kind_ms(kind, "staged", ar_ms * STAGED_PRIOR)))
+            out += [Plan("sd", self._kind_ms(kind, f"sd(k={k})",
+                                             self.raw_ms("sd", draft_len=k) * self._eff("sd")), draft_len=k)
                     for k in SD_DRAFT_LENS]
-            if self.use_sprinter:
+            if self.use_sprinter and approximate:
                 caps = [c for c in RUN_CAPS if self.max_run_cap is None or c <= self.max_run_cap]
                 if self.max_run_cap is not None and self.max_run_cap not in caps:
                     caps.append(self.max_run_cap)
-                out += [Plan("sprinter", self.raw_ms("sprinter", run_cap=c) * self._eff("sprinter"),
-                             run_cap=c) for c in caps]
+                out += [Plan("sprinter", self._kind_ms(
+                    kind, f"sprinter(cap={c})", self.raw_ms("sprinter", run_cap=c) * self._eff("sprinter")),
+                    run_cap=c) for c in caps]
         return sorted(out, key=lambda p: p.ms_per_token)
 
-    def best(self) -> tuple[Plan, str]:
-        """The plan to run and why."""
-        plans = self.plans()
+    def _kind_ms(self, kind: str, label: str, predicted: float) -> float:
+        """What this plan measured on this kind of request, the prediction worth a few tokens."""
+        r = self.measured.get((kind, label))
+        if r is None:
+            return predicted
+        w = min(r.weight, 512.0)
+        return (r.value * w + predicted * 8.0) / (w + 8.0)
+
+    def best(self, kind: str = "chat", approximate: bool = False) -> tuple[Plan, str]:
+        """The plan to run and why: the fastest predicted (a draft plan only when it beats ar
+        by MARGIN), or a probe of a close plan not yet measured on this kind of request."""
+        plans = self.plans(kind, approximate)
         ar = next(p for p in plans if p.method == "ar")
         best = plans[0]
+        if self.ran.get((kind, best.label), 0) >= PROBE_TOKENS:
+            for p in plans[1:]:
+                if p.ms_per_token > best.ms_per_token * (1 + PROBE_WITHIN):
+                    break
+                if p.method in PROBED and self.ran.get((kind, p.label), 0) < PROBE_TOKENS:
+                    return p, (f"probing {p.label} on {kind} requests (predicted within "
+                               f"{PROBE_WITHIN:.0%} of {best.label})")
+        if best.method in PROBED and best.method != "ar":  # they price every proposal themselves
+            return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests")
         if best.method == "ar" or best.ms_per_token > ar.ms_per_token * (1 - MARGIN):
-            fastest_other = next((p for p in plans if p.method != "ar"), None)
-            why = (f"{fastest_other.label} predicted {ar.ms_per_token / fastest_other.ms_per_token:.2f}x "
-                   f"ar: not worth it" if fastest_other else "no draft model")
+            other = next((p for p in plans if p.method != "ar"), None)
+            why = (f"{other.label} predicted {ar.ms_per_token / other.ms_per_token:.2f}x ar on {kind} "
+                   "requests: not worth it" if other else "no draft model")
             return ar, why
-        return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar "
+        return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests "
                       f"({best.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tok/s)")
 
-    def ms_of(self, plan: Plan) -> float:
+    def ms_of(self, plan: Plan, kind: str = "chat") -> float:
         """Corrected ms per token of `plan` under what the planner knows now."""
+        for p in self.plans(kind, approximate=True):
+            if p.label == plan.label:
+                return p.ms_per_token
         return self.predicted(plan) * self._eff(plan.method)
-
     def predicted(self, plan: Plan) -> float:
         """Uncorrected ms per token of `plan` under the current acceptance estimates."""
+        if plan.method in ("lookup", "staged"):
+            return self.raw_ms("ar")
         return self.raw_ms(plan.method, draft_len=plan.draft_len, run_cap=plan.run_cap)
 
     # ------------------------------------------------------------------ evidence
-    def observe_time(self, plan: Plan, tokens: int, seconds: float) -> None:
-        """`tokens` generated by `plan` in `seconds` of decoding."""
+    def observe_time(self, plan: Plan, tokens: int, seconds: float, kind: str = "chat") -> None:
+        """`tokens` generated by `plan` in `seconds` of decoding, on a request of this kind."""
         if tokens <= 0 or seconds <= 0:
             return
-        ratio = (seconds * 1e3 / tokens) / self.predicted(plan)
-        self.efficiency.setdefault(plan.method, Running(1.0, 8.0)).add(ratio, tokens)
+        ms = seconds * 1e3 / tokens
+        key = (kind, plan.label)
+        self.ran[key] = self.ran.get(key, 0) + tokens
+        r = self.measured.get(key)
+        if r is None:
+            self.measured[key] = Running(ms, float(tokens))
+        else:
+            r.add(ms, tokens)
+        if plan.method not in ("lookup", "staged"):  # their prediction is a prior, not a model
+            self.efficiency.setdefault(plan.method, Running(1.0, 8.0)).add(ms / self.predicted(plan), tokens)
 
     def observe_sd(self, accepted: int, rejected: int) -> None:
         n = accepted + rejected

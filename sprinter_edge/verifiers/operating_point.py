@@ -36,6 +36,11 @@ class OperatingPoint:
         if self.max_fp_rate is not None and not 0 <= self.max_fp_rate <= 1:
             raise SettingsError(f"max_fp_rate must be in [0, 1], not {self.max_fp_rate}")
 
+    @property
+    def is_set(self) -> bool:
+        """The user chose an operating point (approximate decoding was asked for)."""
+        return any(v is not None for v in (self.threshold, self.preset, self.max_fp_rate))
+
     def resolve(self, verifier: Verifier, domain: str | None = None, regime: str | None = None) -> float:
         """The threshold this operating point means for `verifier` (for a request of this
         domain, code or chat, and sampling regime, greedy or sampled, where the verifier
