@@ -346,6 +346,8 @@ class LlamaModel:
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case (the cache is a prefix of the context): one C-level compare
+        return n
     i = 0
     while i < n and a[i] == b[i]:
         i += 1

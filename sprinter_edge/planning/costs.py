@@ -38,6 +38,14 @@ class CostTable:
 
     last: dict[int, float] = field(default_factory=dict)
     full: dict[int, float] = field(default_factory=dict)
+    _rows: list[float] = field(default_factory=list, repr=False, compare=False)
+
+    def all_rows(self, n: int) -> float:
+        """cost(n, n) from a table built once: the lookup proposer asks for it at every length
+        on every token, and interpolating each time cost milliseconds."""
+        if not self._rows:
+            self._rows = [0.0] + [self.cost(i, i) for i in range(1, 65)]
+        return self._rows[n] if n < len(self._rows) else self.cost(n, n)
 
     def cost(self, n: float, rows: float = 1.0) -> float:
         """ms for a call of n tokens returning `rows` logits rows (interpolated)."""
@@ -61,6 +69,7 @@ class CostTable:
         """A call of more tokens never costs less with one logits row (timing noise otherwise
         makes a 5-token batch look cheaper than a 4-token one), and all rows never cost less
         than one. The all-rows curve keeps its measured dips (see FULL_SIZES)."""
+        self._rows = []
         top = 0.0
         for n in sorted(self.last):
             top = self.last[n] = max(self.last[n], top)

@@ -80,7 +80,7 @@ def best_length(a: float, max_k: int, target: CostTable) -> tuple[int, float]:
     """(k, ms per token) of the best proposal length; k = 0: a plain step is best."""
     best_k, best_ms = 0, target.cost(1)
     for k in range(1, max_k + 1):
-        ms = target.cost(k + 1, k + 1) / expected_tokens(a, k)
+        ms = target.all_rows(k + 1) / expected_tokens(a, k)
         if ms < best_ms:
             best_k, best_ms = k, ms
     return best_k, best_ms
@@ -94,7 +94,7 @@ def staged_cost(a: float, k: int, target: CostTable, draft: CostTable) -> float:
     agreed = a * (1 - a ** k) / (1 - a)  # expected agreed prefix length
     verified = agreed + (1 if agreed < k else 0) + 1
     tokens = expected_tokens(a, k)
-    return (draft.cost(k + 1, k + 1) + target.cost(verified, verified)) / tokens
+    return (draft.all_rows(k + 1) + target.cost(verified, verified)) / tokens
 
 
 class SuffixIndex:
