@@ -65,6 +65,20 @@ class CostTable:
             self.full[n] = max(self.full[n], self.last.get(n, 0.0))
 
 
+def dips(costs: dict[int, float], min_drop: float = 0.05) -> list[tuple[int, int, float, float]]:
+    """Where a larger batch costs less than a smaller one, by more than `min_drop` of the
+    larger's cost (timing noise stays out): (n, the smaller m that costs most above it, c(n),
+    c(m)) for each such n, in order."""
+    out = []
+    sizes = sorted(costs)
+    for i, n in enumerate(sizes):
+        dearer = [m for m in sizes[:i] if costs[m] > costs[n] * (1 + min_drop)]
+        if dearer:
+            m = max(dearer, key=lambda k: costs[k])
+            out.append((n, m, costs[n], costs[m]))
+    return out
+
+
 def _interp(table: dict[int, float], n: float) -> float:
     xs = sorted(table)
     if n <= xs[0]:
@@ -78,8 +92,12 @@ def _interp(table: dict[int, float], n: float) -> float:
     return table[b] + (table[b] - table[a]) * (n - b) / (b - a)
 
 
-def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3) -> CostTable:
-    """Time decode calls of n tokens after a 64-token context, median of `repeats`."""
+def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3, *, all_rows: bool = True,
+            monotone: bool = True) -> CostTable:
+    """Time decode calls of n tokens after a 64-token context, median of `repeats`: with one
+    logits row (`last`) and, unless `all_rows` is off, with n rows (`full`). `monotone` smooths
+    the table for the planner (`CostTable.make_monotone`); off, it keeps what was measured, a
+    multiple of 16 that costs less than a smaller batch included."""
     tokens = model.tokenize(_TEXT)
     context, batch = tokens[:64], tokens[64:]
     if len(batch) < max(sizes):
@@ -89,6 +107,8 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3) -> CostT
     table = CostTable()
     for n in sizes:
         for rows, dest in ((1, table.last), (n, table.full)):
+            if dest is table.full and not all_rows:
+                continue
             if n == 1 and dest is table.full:
                 table.full[1] = table.last[1]
                 continue
@@ -100,7 +120,8 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3) -> CostT
                 times.append((time.perf_counter() - t0) * 1e3)
             dest[n] = sorted(times)[len(times) // 2]
     model.rollback(0)
-    table.make_monotone()
+    if monotone:
+        table.make_monotone()
     log.info("decode costs measured for %s", getattr(model, "path", model))
     return table
 
