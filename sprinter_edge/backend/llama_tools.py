@@ -121,7 +121,8 @@ def build_spec() -> BuildSpec:
     args = _read_cmake_args(txt) if txt else None
     if txt and args is not None:
         return BuildSpec(version, args, f"the installed wheel's {txt}")
-    return BuildSpec(version, buildflags.recommend().cmake_args, "recommended for this machine (buildflags.py)")
+    return BuildSpec(version, buildflags.recommend().cmake_args,
+                     "recommended for this machine (buildflags.py)")
 
 
 def where(spec: BuildSpec | None = None) -> Path | None:
