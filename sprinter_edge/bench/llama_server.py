@@ -9,9 +9,10 @@ on an error or Ctrl-C (and, on Linux, when this process dies).
 Each prompt goes to /completion as the same token ids the engine rows decode (the chat-rendered
 prompt: no second tokenisation or template), with `cache_prompt: false` so every call reads
 its prompt anew, as the engine rows do. Speed and draft counters are the server's own
-`timings`: `predicted_per_second` (tokens over the time after the prompt, the engine rows'
-definition), `prompt_ms`, `draft_n`, `draft_n_accepted`; the time to first token is the
-client's, from the request to the first streamed token.
+`timings`: `predicted_per_second` (its decode steps over the time after the first token: one
+step per token as for the engine rows, whose first token costs a step of its own), `prompt_ms`
+(the time to first token: the prompt read by the target, and by the draft, which mirrors every
+target batch, and the first token sampled), `draft_n`, `draft_n_accepted`.
 
 The binary comes from tools/build_llama_server.sh (`backend.llama_tools.find_tool`).
 """
@@ -66,20 +67,22 @@ class ServerRun:
     tokens: list[int]
     text: str
     new_tokens: int
-    prefill_seconds: float  # client time from the request to the first streamed token
-    decode_seconds: float  # the server's predicted_ms
-    total_seconds: float
+    prefill_seconds: float  # the server's prompt_ms: the prompt read and the first token sampled
+    decode_seconds: float  # the server's predicted_ms: the time after the first token
+    total_seconds: float  # the client's, request to response
     finish_reason: str
     timings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:
-        """The server's `predicted_per_second`: tokens over the time after the prompt."""
+        """The server's `predicted_per_second`: its decode steps (the tokens after the first,
+        which the prompt's last batch yields) over the time after the first token."""
         return float(self.timings.get("predicted_per_second") or 0.0)
 
     @property
     def timed_tokens(self) -> int:
-        return int(self.timings.get("predicted_n") or 0)
+        """The tokens `decode_seconds` produced: predicted_n - 1."""
+        return max(int(self.timings.get("predicted_n") or 0) - 1, 0)
 
 
 def free_port() -> int:
@@ -115,7 +118,7 @@ class LlamaServer:
         self.args: list[str] = ["-m", str(target), "-c", str(n_ctx), "-t", str(threads),
                                 "-tb", str(threads), "-np", "1", "--host", "127.0.0.1", *options]
         if needs_draft and draft is not None:
-            self.args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads), "-cd", str(n_ctx)]
+            self.args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
         if no_repack:  # the engine loads weights without extra buffer types: the same here
             self.args.append("--no-repack")
         self.startup_timeout = startup_timeout
@@ -216,52 +219,53 @@ class LlamaServer:
                 "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
                 "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
                 "xtc_probability": 0.0, "seed": -1 if seed is None else int(seed),
-                "stop": list(stop), "cache_prompt": False, "stream": True, "return_tokens": True,
+                "stop": list(stop), "cache_prompt": False, "stream": False, "return_tokens": True,
                 "n_probs": 0}
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+                out = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", errors="replace")[:300]
+            raise ServerError(f"{self.name} answered HTTP {exc.code} to {path}: {detail}") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            alive = self.proc is not None and self.proc.poll() is None
+            raise ServerError(f"{self.name} {path} failed ({exc}); server "
+                              f"{'running' if alive else 'gone'}; its log ends: {self.log_tail()}") from None
+        if not isinstance(out, dict):
+            raise ServerError(f"{self.name} {path}: expected a JSON object, got {type(out).__name__}")
+        return out
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return str(self._post("/detokenize", {"tokens": [int(t) for t in tokens]}).get("content", ""))
 
     def generate(self, prompt: Sequence[int], max_tokens: int, stop: Sequence[str] = (),
                  temperature: float = 0.0, seed: int | None = None) -> ServerRun:
-        """One completion of the prompt's token ids, streamed to time the first token."""
+        """One completion of the prompt's token ids. Cut by a stop text, only the tokens whose
+        text lies wholly before the cut are kept, as the engine rows keep them."""
         self.start()
-        body = json.dumps(self.request_body(prompt, max_tokens, stop, temperature, seed)).encode()
-        req = urllib.request.Request(self.url + "/completion", data=body,
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        text, tokens, final = "", [], {}
         t0 = time.perf_counter()
-        t_first: float | None = None
-        try:
-            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
-                for raw in resp:
-                    line = raw.decode("utf-8", errors="replace").strip()
-                    if not line.startswith("data:"):
-                        continue
-                    chunk = json.loads(line[5:])
-                    if "error" in chunk:
-                        raise ServerError(f"{self.name}: {chunk['error']}")
-                    piece, ids = chunk.get("content") or "", chunk.get("tokens") or []
-                    if t_first is None and (piece or ids):
-                        t_first = time.perf_counter()
-                    text += piece
-                    tokens += [int(t) for t in ids]
-                    if chunk.get("stop"):
-                        final = chunk
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", errors="replace")[:300]
-            raise ServerError(f"{self.name} answered HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            alive = self.proc is not None and self.proc.poll() is None
-            raise ServerError(f"{self.name} request failed ({exc}); server "
-                              f"{'running' if alive else 'gone'}; its log ends: {self.log_tail()}") from None
+        res = self._post("/completion", self.request_body(prompt, max_tokens, stop, temperature, seed))
         t_end = time.perf_counter()
-        timings = dict(final.get("timings") or {})
-        if not timings:
-            raise ServerError(f"{self.name}: the response carried no timings")
-        t_first = t_first or t_end
-        finish = {"eos": "stop", "word": "stop", "limit": "length"}.get(str(final.get("stop_type")),
-                                                                       str(final.get("stop_type") or ""))
-        timings["stop_type"] = final.get("stop_type")
-        return ServerRun(tokens, text, len(tokens), t_first - t0,
-                         float(timings.get("predicted_ms") or 0.0) / 1e3, t_end - t0, finish, timings)
+        timings = dict(res.get("timings") or {})
+        if "predicted_per_second" not in timings:
+            raise ServerError(f"{self.name}: the response carried no timings: {str(res)[:200]}")
+        text = str(res.get("content") or "")
+        tokens = [int(t) for t in res.get("tokens") or []]
+        stop_type = str(res.get("stop_type") or "")
+        if stop_type == "word":  # the server returns the stop text's tokens too
+            while tokens and not text.startswith(self.detokenize(tokens)):
+                tokens.pop()
+        timings["stop_type"] = stop_type
+        finish = {"eos": "stop", "word": "stop", "limit": "length"}.get(stop_type, stop_type)
+        # the first token comes with the prompt's last batch: prompt_ms is the time to it, the
+        # prompt read by the target (and by the draft, which mirrors every target batch)
+        ttft = float(timings.get("prompt_ms") or 0.0) / 1e3
+        return ServerRun(tokens, text, len(tokens), ttft, float(timings.get("predicted_ms") or 0.0) / 1e3,
+                         t_end - t0, finish, timings)
 
 
 def server_stats(name: str, run: ServerRun) -> dict[str, Any]:

@@ -122,7 +122,8 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
              "check `sprinter-edge doctor`'s cost table). vs own plain: a peer row against its "
              "own plain decoding (llama-server rows against plain llama-server, llama-cpp-python "
              "rows against llama-cpp). TTFT: time to the first token, the prompt read by every "
-             "model the method uses (peer rows: the client's time to the first streamed token). "
+             "model the method uses (llama-cpp rows: the client's time to the first streamed token; "
+             "llama-server rows: its timings.prompt_ms). "
              "draft acc: llama-server's draft_n_accepted / draft_n.",
              "", COLUMN_HELP, "", *group_tables(data.get("groups") or {})]
     if data.get("cost_model"):

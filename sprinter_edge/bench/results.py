@@ -40,8 +40,9 @@ PEER_TIMING_NOTE = ("llama-cpp tok/s counts tokens after the first over the time
 SERVER_NOTE = ("llama-server rows: llama.cpp's own server (tools/build_llama_server.sh: the llama.cpp "
                "vendored in the installed llama-cpp-python, the wheel's CMAKE_ARGS), one process per "
                "configuration kept for the run, the same GGUF files, threads and context; prompts sent as "
-               "the same token ids, cache_prompt off; tok/s is its timings.predicted_per_second, TTFT the "
-               "client's time to the first streamed token, tgt calls/tok inferred from its counters "
+               "the same token ids, cache_prompt off; tok/s is its timings.predicted_per_second, TTFT its "
+               "timings.prompt_ms (the first token comes with the prompt's last batch; the draft reads "
+               "the prompt in the same batches), tgt calls/tok inferred from its counters "
                "(predicted_n - 1 - draft_n_accepted calls), draft acc = draft_n_accepted / draft_n; "
                "'vs own plain' is against the plain llama-server row (llama-cpp-python rows: against "
                "llama-cpp).")
