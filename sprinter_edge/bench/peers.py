@@ -45,6 +45,11 @@ def unavailable_reason() -> str | None:
 def _llama(path: Path, n_ctx: int, n_threads: int | None, **kw: Any) -> Any:
     from llama_cpp import Llama
 
+    if kw.get("draft_model") is not None:
+        # llama-cpp-python 0.3.36 turns logits_all on for a draft_model but sizes its scores
+        # buffer by the logits_all it was given: n_batch rows, and a prompt longer than n_batch
+        # fails to broadcast into it. Asking for it explicitly sizes the buffer n_ctx rows.
+        kw["logits_all"] = True
     threads = n_threads or os.cpu_count() or 1
     with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
         return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,

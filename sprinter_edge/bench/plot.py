@@ -73,7 +73,7 @@ def plot(rows: Sequence[dict], path: Path, title: str = "",
     for ax, (kind, grows) in zip(axes[1] if groups else [], groups.items(), strict=False):
         key, label = group_axis(grows)
         n = max((r.get("prompts", 0) for r in grows), default=0)
-        _scatter(ax, grows, key, label, f"{group_name(kind)} ({n} prompts)")
+        _scatter(ax, grows, key, label, f"{group_name(kind)} ({n} prompt{'s' if n != 1 else ''})")
     for row in axes:
         row[0].set_ylabel("tokens/s relative to ar (same run)")
     for ax in axes.flat:  # panels nothing was drawn in
