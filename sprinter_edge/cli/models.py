@@ -214,5 +214,12 @@ def _curve_lines(target) -> list[str]:  # type: ignore[no-untyped-def]
         lines.append(f"    not monotone: n={n} costs {cn:.0f} ms, less than n={m} ({cm:.0f} ms)"
                      + (": a multiple of 16 takes a faster kernel path; padding a call to it pays"
                         if n % 16 == 0 else " (noise, or a kernel path of its own)"))
+    sizes = sorted(table.last)
+    for n in (s for s in sizes if s % 16 == 0 and s > sizes[0]):
+        below = max(s for s in sizes if s < n)
+        cn, cb = table.last[n], table.last[below]
+        how = "cheaper than" if cn < cb else "dearer than"
+        lines.append(f"    n={n}: {cn:.0f} ms, {how} n={below} ({cb:.0f} ms); per token {cn / n:.1f} "
+                     f"vs {cb / below:.1f} ms")
     return lines
 
