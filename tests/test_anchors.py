@@ -225,3 +225,12 @@ def test_flat_bound_is_an_upper_bound_with_its_break_even() -> None:
     # the raw curve's 16-multiples (llama-bench, target, 2 threads)
     curve = {1: 42, 12: 393, 15: 491, 16: 381, 17: 465, 31: 700, 32: 646}
     assert [n for n, *_ in dips(curve)] == [16, 17, 32]
+
+
+def test_doctor_curve_is_raw_and_names_the_16_multiples(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    from sprinter_edge.cli.models import _curve_lines
+
+    lines = _curve_lines(fixture_engine.target)
+    assert lines[0].startswith("  target curve") and all(f" {n}: " in lines[0] for n in (1, 12, 16, 32))
+    assert any(line.strip().startswith("n=16: ") for line in lines)
+    assert any(line.strip().startswith("n=32: ") for line in lines)
