@@ -77,7 +77,17 @@ def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: P
     kinds = {r["kind"] for r in data["rows"]}
     assert {"ar", "sd", "sprinter", "oracle", "draft"} <= kinds
     if "llama-cpp rows skipped" not in " ".join(data["notes"]):
-        assert {"llama-cpp", "llama-cpp-draft"} <= kinds
+        assert {"llama-cpp", "llama-cpp-draft", "llama-cpp-lookup"} <= kinds
+    if "llama-server: not built: run tools/build_llama_server.sh" not in data["notes"]:
+        assert set(runner.SERVER_METHODS) <= kinds  # every configuration, each its own process
+        assert set(data["config"]["llama_server"]["commands"]) == set(runner.SERVER_METHODS)
+        plain = next(r for r in data["rows"] if r["kind"] == "llama-server")
+        tuned = next(r for r in data["rows"] if r["kind"] == "llama-server-draft-tuned")
+        assert plain["ratio_vs_plain"] == pytest.approx(1.0) and tuned["ratio_vs_plain"] > 0
+        assert tuned["ttft_seconds"] > 0 and tuned["target_calls_per_token"] is not None
+        runs = [r for r in data["runs"] if r["method"] == "llama-server"]
+        assert all(r["tokens_per_second"] == pytest.approx(r["stats"]["predicted_per_second"], rel=1e-3)
+                   for r in runs if r["stats"]["predicted_n"] > 1)
     ar = next(r for r in data["rows"] if r["kind"] == "ar")
     assert ar["ratio_vs_ar"] == pytest.approx(1.0) and ar["exact_match"] == 1.0
     assert ar["predicted_tps"] > 0 and ar["pass_at_1"] is not None
@@ -268,3 +278,9 @@ def test_bench_flags_resolve_to_a_config() -> None:
         cfg("--thresholds", "balanced,0.x")
     with pytest.raises(SprinterError, match="temperature"):
         cfg("--temperature", "-1")
+    c = cfg("--long", "2", "--explain", "1", "--chat", "0")
+    assert (c.long, c.explain, c.chat) == (2, 1, 0) and c.server_ctx == 4096
+    assert (cfg("--quick").long, cfg("--quick").explain) == (0, 0)
+    assert "llama-server-ngram-mod" in cfg().methods and "llama-cpp-lookup" in cfg().methods
+    with pytest.raises(SprinterError, match="--long must be >= 0"):
+        cfg("--long", "-1")

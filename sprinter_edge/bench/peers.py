@@ -1,6 +1,7 @@
 """llama-cpp-python as a user would run it: the target alone through
-`Llama.create_completion`, and the same with its own `draft_model=` hook fed by the pair's
-draft GGUF.
+`Llama.create_completion`, the same with its own `draft_model=` hook fed by the pair's
+draft GGUF, and with the one draft it ships, `LlamaPromptLookupDecoding` at its defaults
+(`max_ngram_size=2, num_pred_tokens=10`: proposals copied from the prompt and reply so far).
 
 llama-cpp-python ships only `LlamaPromptLookupDecoding` for that hook; `GgufDraftModel`
 below is the small `LlamaDraftModel` a user writes to plug a draft model in: a second
@@ -44,6 +45,11 @@ def unavailable_reason() -> str | None:
 def _llama(path: Path, n_ctx: int, n_threads: int | None, **kw: Any) -> Any:
     from llama_cpp import Llama
 
+    if kw.get("draft_model") is not None:
+        # llama-cpp-python 0.3.36 turns logits_all on for a draft_model but sizes its scores
+        # buffer by the logits_all it was given: n_batch rows, and a prompt longer than n_batch
+        # fails to broadcast into it. Asking for it explicitly sizes the buffer n_ctx rows.
+        kw["logits_all"] = True
     threads = n_threads or os.cpu_count() or 1
     with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
         return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
@@ -118,15 +124,26 @@ class PeerRun:
             self.decode_seconds > 0 else 0.0
 
 
-class LlamaCppPeer:
-    """One llama-cpp-python `Llama` of the target, optionally with the draft hook."""
+def prompt_lookup() -> Any:
+    """llama-cpp-python's own `LlamaPromptLookupDecoding` at its defaults."""
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    def __init__(self, name: str, target: Path, *, draft: Path | None = None, n_ctx: int = 1024,
-                 n_threads: int | None = None, num_pred_tokens: int = 4):
+    return LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=10)
+
+
+class LlamaCppPeer:
+    """One llama-cpp-python `Llama` of the target, optionally with the draft hook: the pair's
+    draft GGUF (`draft`) or llama-cpp-python's prompt lookup (`lookup`)."""
+
+    def __init__(self, name: str, target: Path, *, draft: Path | None = None, lookup: bool = False,
+                 n_ctx: int = 1024, n_threads: int | None = None, num_pred_tokens: int = 4):
+        if draft is not None and lookup:
+            raise ValueError("a llama-cpp peer drafts with a draft model or by prompt lookup, not both")
         self.name = name
         self.draft = GgufDraftModel(draft, num_pred_tokens=num_pred_tokens, n_ctx=n_ctx,
                                     n_threads=n_threads) if draft else None
-        self.llm = _llama(target, n_ctx, n_threads, draft_model=self.draft)
+        hook = self.draft if self.draft is not None else prompt_lookup() if lookup else None
+        self.llm = _llama(target, n_ctx, n_threads, draft_model=hook)
 
     def generate(self, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = (),
                  temperature: float = 0.0, seed: int | None = None) -> PeerRun:

@@ -1,16 +1,26 @@
 """The picture: speed ratio against ar vs quality, one point per method/threshold.
 
-Two panels: agreement with the target's greedy output (ROUGE-L against ar) and either
-HumanEval pass@1 (when measured and not the same for every row) or the target's mean
-log-probability of the generated tokens."""
+Top row, every prompt: agreement with the target's greedy output (ROUGE-L against ar) and
+either HumanEval pass@1 (when measured and not the same for every row) or the target's mean
+log-probability of the generated tokens. When the run has more than one workload (prompt
+kind), a second row has one panel per workload: speed against ar over its prompts, against its
+own quality axis (pass@1 for HumanEval when it differs between rows, else ROUGE-L against ar)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-_COLORS = {"ar": "black", "sd": "tab:blue", "sprinter": "tab:red", "oracle": "tab:purple",
-           "draft": "tab:gray", "llama-cpp": "tab:green", "llama-cpp-draft": "tab:olive"}
+_COLORS = {"ar": "black", "auto": "tab:brown", "sd": "tab:blue", "sprinter": "tab:red",
+           "oracle": "tab:purple", "draft": "tab:gray", "llama-cpp": "tab:green",
+           "llama-cpp-draft": "tab:olive", "llama-cpp-lookup": "tab:cyan",
+           "llama-server": "darkgreen", "llama-server-draft": "darkolivegreen",
+           "llama-server-draft-tuned": "yellowgreen", "llama-server-ngram-mod": "teal",
+           "llama-server-ngram-simple": "darkcyan"}
+
+
+def _marker(kind: str) -> str:
+    return "s" if kind.startswith("llama-server") else "^" if kind.startswith("llama-cpp") else "o"
 
 
 def quality_axes(rows: Sequence[dict]) -> list[tuple[str, str]]:
@@ -23,25 +33,52 @@ def quality_axes(rows: Sequence[dict]) -> list[tuple[str, str]]:
     return axes
 
 
-def plot(rows: Sequence[dict], path: Path, title: str = "") -> Path:
+def group_axis(rows: Sequence[dict]) -> tuple[str, str]:
+    """A workload's quality axis: pass@1 where it tells the rows apart, else ROUGE-L vs ar."""
+    passes = {r.get("pass_at_1") for r in rows if r.get("pass_at_1") is not None}
+    return ("pass_at_1", "pass@1") if len(passes) > 1 else ("rouge_l", "ROUGE-L against ar")
+
+
+def _scatter(ax, rows: Sequence[dict], key: str, label: str, title: str = "") -> None:  # type: ignore[no-untyped-def]
+    for r in rows:
+        x, y = r.get(key), r.get("ratio_vs_ar")
+        if x is None or y is None:
+            continue
+        ax.scatter([x], [y], color=_COLORS.get(r["kind"], "tab:orange"), marker=_marker(r["kind"]),
+                   s=40, zorder=3)
+        ax.annotate(r["method"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    ax.axhline(1.0, color="black", lw=0.6, ls="--")
+    ax.set_xlabel(label, fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def plot(rows: Sequence[dict], path: Path, title: str = "",
+         groups: dict[str, list[dict]] | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .summary import group_name
+
     axes_spec = quality_axes(rows)
-    fig, axes = plt.subplots(1, len(axes_spec), figsize=(11, 4.5), dpi=110, sharey=True)
-    for ax, (key, label) in zip(axes, axes_spec, strict=True):
-        for r in rows:
-            x, y = r.get(key), r.get("ratio_vs_ar")
-            if x is None or y is None:
-                continue
-            ax.scatter([x], [y], color=_COLORS.get(r["kind"], "tab:orange"), s=40, zorder=3)
-            ax.annotate(r["method"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
-        ax.axhline(1.0, color="black", lw=0.6, ls="--")
-        ax.set_xlabel(label)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("tokens/s relative to ar (same run)")
+    groups = groups if groups and len(groups) > 1 else {}
+    ncols = max(len(axes_spec), len(groups))
+    nrows = 2 if groups else 1
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4.5 * nrows), dpi=110, squeeze=False)
+    for ax, (key, label) in zip(axes[0], axes_spec, strict=False):
+        _scatter(ax, rows, key, label, "all prompts" if groups else "")
+    for ax, (kind, grows) in zip(axes[1] if groups else [], groups.items(), strict=False):
+        key, label = group_axis(grows)
+        n = max((r.get("prompts", 0) for r in grows), default=0)
+        _scatter(ax, grows, key, label, f"{group_name(kind)} ({n} prompt{'s' if n != 1 else ''})")
+    for row in axes:
+        row[0].set_ylabel("tokens/s relative to ar (same run)")
+    for ax in axes.flat:  # panels nothing was drawn in
+        if not ax.has_data():
+            ax.set_visible(False)
     fig.suptitle(title or "sprinter-edge: speed vs quality", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,11 @@ COLUMNS = (
     ("tokens_per_second", "tok/s", "{:.2f}"),
     ("ttft_seconds", "TTFT s", "{:.2f}"),
     ("ratio_vs_ar", "vs ar", "{:.2f}x"),
+    ("ratio_vs_plain", "vs own plain", "{:.2f}x"),
     ("predicted_tps", "pred tok/s", "{:.2f}"),
     ("predicted_ratio_flat", "flat-cost pred", "{:.2f}x"),
     ("target_calls_per_token", "tgt calls/tok", "{:.3f}"),
+    ("draft_accept", "draft acc", "{:.2f}"),
     ("kept", "kept", "{}"),
     ("mean_run_length", "run len", "{:.1f}"),
     ("time_split", "time d/t/v/o %", "split"),
@@ -51,6 +53,14 @@ COLUMN_HELP = (
 )
 
 
+# the per-workload tables: speed, first token, work and the task-level quality columns
+# (a column no row of the group has is left out)
+GROUP_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
+    "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain", "ttft_seconds",
+    "target_calls_per_token", "draft_accept", "pass_at_1", "pass_ci", "pass_diff", "rouge_l",
+    "exact_match"))
+
+
 def _cell(value: object, fmt: str) -> str:
     if value is None:
         return "-"
@@ -73,11 +83,28 @@ def _value(row: dict, key: str) -> object:
     return row.get(key)
 
 
-def markdown_table(rows: Sequence[dict]) -> str:
-    head = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
-    sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-    body = ["| " + " | ".join(_cell(_value(r, k), f) for k, _, f in COLUMNS) + " |" for r in rows]
+def markdown_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]] = COLUMNS,
+                   *, drop_empty: bool = False) -> str:
+    if drop_empty:
+        columns = [c for c in columns if c[0] == "method" or any(_value(r, c[0]) is not None for r in rows)]
+    head = "| " + " | ".join(h for _, h, _ in columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_cell(_value(r, k), f) for k, _, f in columns) + " |" for r in rows]
     return "\n".join([head, sep, *body])
+
+
+def group_tables(groups: dict[str, list[dict]]) -> list[str]:
+    """One section per workload (bench.md), when the run has more than one."""
+    from .summary import group_name
+
+    if len(groups) < 2:
+        return []
+    lines = ["## by workload", ""]
+    for kind, rows in groups.items():
+        n = max((r.get("prompts", 0) for r in rows), default=0)
+        lines += [f"### {group_name(kind)} ({n} prompt{'s' if n != 1 else ''}, kind `{kind}`)", "",
+                  markdown_table(rows, GROUP_COLUMNS, drop_empty=True), ""]
+    return lines
 
 
 def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Path]:
@@ -90,8 +117,15 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
              markdown_table(rows), "",
              "time split: share of decode time in draft / target / verifier / other (prefill "
              "excluded). pred tok/s: the cost model from this machine's measured decode costs "
-             "and the method's counters; flat-cost pred: speed vs ar if a batch cost one token.",
-             "", COLUMN_HELP, ""]
+             "and the method's counters; flat-cost pred: an UPPER bound on the speed vs ar, if a "
+             "batch of any size cost what one token costs (not a prediction for any machine: "
+             "check `sprinter-edge doctor`'s cost table). vs own plain: a peer row against its "
+             "own plain decoding (llama-server rows against plain llama-server, llama-cpp-python "
+             "rows against llama-cpp). TTFT: time to the first token, the prompt read by every "
+             "model the method uses (llama-cpp rows: the client's time to the first streamed token; "
+             "llama-server rows: its timings.prompt_ms). "
+             "draft acc: llama-server's draft_n_accepted / draft_n.",
+             "", COLUMN_HELP, "", *group_tables(data.get("groups") or {})]
     if data.get("cost_model"):
         lines += ["## decode cost (ms per call)", "", cost_table(data["cost_model"]), ""]
     if data.get("notes"):

@@ -17,14 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api import Engine
+from ..backend import llama_tools, native
 from ..errors import SprinterError
 from ..planning.costs import cpu_name
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from . import costmodel, peers, plot, prompts, report, runner, summary
+from .llama_server import SERVER_METHODS
 
-DEFAULTS = dict(humaneval=12, chat=4, max_tokens=128)
-QUICK = dict(humaneval=1, chat=1, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
+DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
+QUICK = dict(humaneval=1, chat=1, explain=0, long=0, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
+DEFAULT_METHODS = ("ar", "auto", "sd", "sprinter", "oracle", "draft", "llama-cpp", "llama-cpp-draft",
+                   "llama-cpp-lookup", *SERVER_METHODS)
+SERVER_MISSING_NOTE = f"llama-server: not built: {llama_tools.BUILD_HINT}"
 
 BATCH_NOTE = ("sd, oracle and llama-cpp rows are meant to equal ar under greedy decoding; llama.cpp's "
               "CPU kernels are not batch-invariant (a batch of >= 4 tokens moves logits by up to ~0.6), "
@@ -32,14 +37,22 @@ BATCH_NOTE = ("sd, oracle and llama-cpp rows are meant to equal ar under greedy 
 PEER_TIMING_NOTE = ("llama-cpp tok/s counts tokens after the first over the time after the first "
                     "(prompt and first token excluded, as for the engine rows); its tokens are the "
                     "re-tokenized text.")
+SERVER_NOTE = ("llama-server rows: llama.cpp's own server (tools/build_llama_server.sh: the llama.cpp "
+               "vendored in the installed llama-cpp-python, the wheel's CMAKE_ARGS), one process per "
+               "configuration kept for the run, the same GGUF files, threads and context; prompts sent as "
+               "the same token ids, cache_prompt off; tok/s is its timings.predicted_per_second, TTFT its "
+               "timings.prompt_ms (the first token comes with the prompt's last batch; the draft reads "
+               "the prompt in the same batches), tgt calls/tok inferred from its counters "
+               "(predicted_n - 1 - draft_n_accepted calls), draft acc = draft_n_accepted / draft_n; "
+               "'vs own plain' is against the plain llama-server row (llama-cpp-python rows: against "
+               "llama-cpp).")
 
 
 @dataclass
 class BenchConfig:
     """What to benchmark and how (the CLI's flags, resolved)."""
 
-    methods: Sequence[str] = ("ar", "auto", "sd", "sprinter", "oracle", "draft", "llama-cpp",
-                              "llama-cpp-draft")
+    methods: Sequence[str] = DEFAULT_METHODS
     thresholds: Sequence[float] | None = None  # sprinter rows; None: the verifier's presets
     presets: Sequence[str] = ("quality", "balanced", "fast")  # which presets, when thresholds is None
     verifiers: Sequence[str] = ()  # more than one: the sprinter rows once per verifier spec
@@ -47,6 +60,8 @@ class BenchConfig:
     seed: int = 0
     humaneval: int = DEFAULTS["humaneval"]  # the first N HumanEval problems
     chat: int = DEFAULTS["chat"]  # built-in chat prompts
+    explain: int = DEFAULTS["explain"]  # built-in explanation prompts (the chat group)
+    long: int = DEFAULTS["long"]  # long-context answers: a stdlib module pasted, a question on it
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
     humaneval_timeout: float = 10.0
@@ -54,11 +69,12 @@ class BenchConfig:
     cost_repeats: int = 3
     warmup: bool = True
     rescore: str = "all"  # or "verifier": re-score only runs with unverified tokens (runner.RunConfig)
-    peers: bool = True  # the llama-cpp-python rows, when requested and available
+    peers: bool = True  # the llama-cpp-python and llama-server rows, when requested and available
     threads: int | None = None
     draft_len: int = 4
     run_cap: int | None = 20
     peer_ctx: int = 2048
+    server_ctx: int = 4096  # llama-server's context: the engine's
     pair: str | None = None  # the registered pair's name (None: local files)
     command: str = ""  # the command line, for the report
 
@@ -71,6 +87,7 @@ class BenchPlan:
     specs: list[runner.MethodSpec]
     notes: list[str] = field(default_factory=list)
     verifiers: dict[str, Verifier] = field(default_factory=dict)  # per-row verifiers, loaded once
+    server_binary: Path | None = None  # llama-server, when a server row runs
 
     @property
     def runs(self) -> int:
@@ -100,28 +117,41 @@ def machine(threads: int | None) -> dict:
 def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen = prompts.humaneval_prompts(config.humaneval) if config.humaneval else []
     chosen += prompts.chat_prompts(config.chat) if config.chat else []
+    chosen += prompts.explain_prompts(config.explain) if config.explain else []
+    chosen += prompts.long_prompts(config.long) if config.long else []
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)
     if not chosen:
-        raise SprinterError("no prompts: use --humaneval N, --chat N or --prompts FILE")
+        raise SprinterError("no prompts: use --humaneval N, --chat N, --explain N, --long N or "
+                            "--prompts FILE")
     return chosen
 
 
 def plan(engine: Engine, config: BenchConfig,
          bench_prompts: list[prompts.BenchPrompt] | None = None) -> BenchPlan:
     """The prompts (default: `select_prompts`) and rows to run; the llama-cpp rows are
-    dropped (with a note) when llama-cpp-python cannot run them or `config.peers` is off."""
+    dropped (with a note) when llama-cpp-python cannot run them, the llama-server rows when
+    llama-server is not built (one note), all of them when `config.peers` is off."""
     if bench_prompts is None:
         bench_prompts = select_prompts(config)
     methods = list(config.methods)
     notes: list[str] = []
+    server_binary = None
     if not config.peers:
         methods = [m for m in methods if m not in runner.PEER_METHODS]
-    elif any(m in runner.PEER_METHODS for m in methods):
+    if any(m in runner.LLAMA_CPP_METHODS for m in methods):
         why = peers.unavailable_reason()
         if why:
             notes.append(f"llama-cpp rows skipped: {why}")
-            methods = [m for m in methods if m not in runner.PEER_METHODS]
+            methods = [m for m in methods if m not in runner.LLAMA_CPP_METHODS]
+    if any(m in SERVER_METHODS for m in methods):
+        try:
+            server_binary = llama_tools.find_tool("llama-server")
+        except llama_tools.ToolsError as exc:
+            raise SprinterError(str(exc)) from None
+        if server_binary is None:
+            notes.append(SERVER_MISSING_NOTE)
+            methods = [m for m in methods if m not in SERVER_METHODS]
     presets: list[str] = []
     verifiers = ({v: resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers}
                  if "sprinter" in methods and len(config.verifiers) > 1 else {})
@@ -136,7 +166,7 @@ def plan(engine: Engine, config: BenchConfig,
         specs = runner.expand_methods(methods, thresholds, presets, config.verifiers)
     except ValueError as exc:
         raise SprinterError(f"--methods/--thresholds: {exc}") from None
-    return BenchPlan(bench_prompts, specs, notes, verifiers)
+    return BenchPlan(bench_prompts, specs, notes, verifiers, server_binary)
 
 
 def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
@@ -153,11 +183,15 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     cfg = runner.RunConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed,
                            warmup=config.warmup, rescore=config.rescore,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
-                           draft_len=config.draft_len, peer_ctx=config.peer_ctx)
+                           draft_len=config.draft_len, peer_ctx=config.peer_ctx,
+                           server_ctx=config.server_ctx, server_binary=bench_plan.server_binary,
+                           no_repack=native.avoid_extra_buffers())
     bench = runner.Runner(engine, specs, cfg, verifiers=bench_plan.verifiers)
     t0 = time.perf_counter()
+    servers: dict[str, list[str]] = {}
     try:
         records = bench.run(bench_plan.prompts, progress=progress)
+        servers = bench.server_commands()
     finally:
         bench.close()
     wall = time.perf_counter() - t0
@@ -165,6 +199,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     if bench.interrupted:
         notes.append("interrupted: only the prompts that finished are reported")
     rows = summary.summarize(records, specs, cost)
+    groups = summary.summarize_groups(records, specs, cost)
     notes += run_notes(rows)
     verifier = engine.verifier.name if any(s.uses_verifier for s in specs) else None
     data = {
@@ -176,9 +211,11 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                    "temperature": config.temperature, "seed": config.seed,
                    "run_cap": config.run_cap, "draft_len": config.draft_len,
                    "max_tokens": config.max_tokens, "prompts": [p.id for p in bench_plan.prompts],
+                   "llama_server": {"binary": str(bench_plan.server_binary), "commands": servers}
+                   if servers else None,
                    "wall_seconds": round(wall, 1)},
         "cost_model": cost.to_dict() if cost else None,
-        "rows": rows, "notes": notes,
+        "rows": rows, "groups": groups, "notes": notes,
         "runs": [r.to_dict() for r in records],
     }
     return BenchOutcome(data, rows, notes, wall)
@@ -190,13 +227,15 @@ def run_notes(rows: Sequence[dict]) -> list[str]:
     if any(r.get("exact_match") is not None and r["kind"] in ("sd", "oracle", *runner.PEER_METHODS)
            for r in rows):
         notes.append(BATCH_NOTE)
-    if any(r["kind"] in runner.PEER_METHODS for r in rows):
+    if any(r["kind"] in runner.LLAMA_CPP_METHODS for r in rows):
         notes.append(PEER_TIMING_NOTE)
+    if any(r["kind"] in SERVER_METHODS for r in rows):
+        notes.append(SERVER_NOTE)
     return notes
 
 
 def write(outcome: BenchOutcome, out: Path, title: str) -> tuple[Path, Path, Path]:
     """bench.json, bench.md and bench.png in `out`."""
     json_path, md_path = report.write_report(out, outcome.data, outcome.rows)
-    png = plot.plot(outcome.rows, out / "bench.png", title=title)
+    png = plot.plot(outcome.rows, out / "bench.png", title=title, groups=outcome.data.get("groups"))
     return json_path, md_path, png

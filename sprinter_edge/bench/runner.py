@@ -22,14 +22,19 @@ from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
 from . import memory, quality
+from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, server_stats
 from .peers import LlamaCppPeer
 from .prompts import BenchPrompt
 
 log = logging.getLogger(__name__)
 
 ENGINE_METHODS = ("ar", "auto", "sd", "sprinter", "oracle", "draft")
-PEER_METHODS = ("llama-cpp", "llama-cpp-draft")
+LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
+PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+# a peer row's own plain decoding, for its "vs own plain" ratio
+PLAIN_PEER = {**dict.fromkeys(LLAMA_CPP_METHODS, "llama-cpp"),
+              **dict.fromkeys(SERVER_METHODS, "llama-server")}
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class MethodSpec:
     """One row of the report: a decoding method with its settings."""
 
     label: str
-    kind: str  # ar, sd, sprinter, oracle, draft, llama-cpp, llama-cpp-draft
+    kind: str  # one of ALL_METHODS
     threshold: float | None = None
     preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
     verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
@@ -115,7 +120,10 @@ class RunConfig:
     seed: int = 0  # under sampling, prompt i is decoded with seed + i by every row
     warmup: bool = True
     humaneval_timeout: float = 10.0
-    peer_ctx: int = 2048
+    peer_ctx: int = 2048  # llama-cpp-python peers: at most this, else what the prompts need
+    server_ctx: int = 4096  # llama-server: the engine rows' context
+    server_binary: Path | None = None  # llama-server (tools/build_llama_server.sh); None: no server rows
+    no_repack: bool = False  # load the servers' weights without repacking, as the engine does here
     threads: int | None = None
     draft_len: int = 4
     # "all": every run is re-scored by the target (log-prob, agreement, drift columns);
@@ -133,22 +141,44 @@ class Runner:
         self.config = config
         self.target_path = target_path or engine.target_path
         self.draft_path = draft_path or engine.draft_path
-        self.peers: dict[str, LlamaCppPeer] = {}
+        self.peers: dict[str, LlamaCppPeer | LlamaServer] = {}
+        self.peer_ctx = config.peer_ctx
         self.verifiers = dict(verifiers or {})  # spec -> loaded verifier (the rest load on first use)
         self.interrupted = False
 
     # ------------------------------------------------------------------ set-up
-    def _peer(self, kind: str) -> LlamaCppPeer:
-        if kind not in self.peers:
-            draft = self.draft_path if kind == "llama-cpp-draft" else None
-            self.peers[kind] = LlamaCppPeer(kind, self.target_path, draft=draft,
-                                            n_ctx=self.config.peer_ctx, n_threads=self.config.threads,
-                                            num_pred_tokens=self.config.draft_len)
+    def _peer(self, kind: str) -> LlamaCppPeer | LlamaServer:
+        if kind in self.peers:
+            return self.peers[kind]
+        cfg = self.config
+        if kind in SERVER_METHODS:
+            if cfg.server_binary is None:
+                raise ValueError(f"{kind} needs a llama-server binary (RunConfig.server_binary)")
+            needs_draft = SERVER_CONFIGS[kind][1]
+            server = LlamaServer(kind, cfg.server_binary, self.target_path,
+                                 draft=self.draft_path if needs_draft else None, n_ctx=cfg.server_ctx,
+                                 n_threads=cfg.threads, no_repack=cfg.no_repack)
+            self.peers[kind] = server  # registered first: close() stops it whatever start() does
+            server.start()
+            return server
+        draft = self.draft_path if kind == "llama-cpp-draft" else None
+        self.peers[kind] = LlamaCppPeer(kind, self.target_path, draft=draft,
+                                        lookup=kind == "llama-cpp-lookup", n_ctx=self.peer_ctx,
+                                        n_threads=cfg.threads,
+                                        num_pred_tokens=cfg.draft_len)
         return self.peers[kind]
 
+    def server_commands(self) -> dict[str, list[str]]:
+        """The command line of every llama-server started, by row."""
+        return {k: p.command for k, p in self.peers.items() if isinstance(p, LlamaServer)}
+
     def close(self) -> None:
+        """Close every peer (llama-server processes stop here)."""
         for peer in self.peers.values():
-            peer.close()
+            try:
+                peer.close()
+            except Exception as exc:  # noqa: BLE001 - close the others whatever one does
+                log.warning("closing %s: %s", peer.name, exc)
         self.peers.clear()
 
     # ------------------------------------------------------------------ one run
@@ -180,6 +210,11 @@ class Runner:
                 max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0
                 ) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
         memory.reset_peak()
+        if spec.kind in SERVER_METHODS:
+            server = self._peer(spec.kind)
+            run = server.generate(prompt, max_tokens, stop, self.config.temperature, self.config.seed + seed)
+            return (run.tokens, run.text, None, [], server_stats(spec.kind, run), run.decode_seconds,
+                    run.timed_tokens)
         if spec.kind in PEER_METHODS:
             r = self._peer(spec.kind).generate(prompt, max_tokens, stop, self.config.temperature,
                                                self.config.seed + seed)
@@ -196,6 +231,9 @@ class Runner:
     def run(self, prompts: Sequence[BenchPrompt],
             progress: Callable[[str], None] | None = None) -> list[RunRecord]:
         encoded = [self.engine.encode(p.text) for p in prompts]
+        if encoded:  # the llama-cpp-python peers hold n_ctx x n_vocab logits: no more than needed
+            need = max(map(len, encoded)) + self.config.max_tokens + 16
+            self.peer_ctx = min(self.config.peer_ctx, -(-need // 256) * 256)
         if self.config.warmup and encoded:
             for spec in self.specs:
                 self.run_one(spec, encoded[0], None, 8)

@@ -1,4 +1,5 @@
-"""One row per method: speed, work, time split, memory and quality over all prompts."""
+"""One row per method: speed, work, time split, memory and quality over all prompts, and the
+same per workload (`summarize_groups`: one set of rows per prompt kind)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from ..decoding.base import Stats
 from . import quality
 from .costmodel import CostModel
 from .intervals import paired_difference, wilson
-from .runner import MethodSpec, RunRecord
+from .llama_server import SERVER_METHODS
+from .runner import PLAIN_PEER, MethodSpec, RunRecord
+
+# the workloads' names in the report and the plot (another kind shows as itself)
+GROUP_NAMES = {"humaneval": "fresh code (HumanEval)", "edit": "edits", "chat": "chat and explanations",
+               "long": "long-context answers"}
+GROUP_ORDER = ("humaneval", "edit", "chat", "long")
+
+
+def group_name(kind: str) -> str:
+    return GROUP_NAMES.get(kind, kind)
 
 _SUMMED = [f.name for f in dataclasses.fields(Stats) if f.type in ("int", "float")]
 
@@ -43,6 +54,17 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
                      "tokens_per_second": timed / dec if dec > 0 else 0.0,
                      "peak_rss_mib": max(r.peak_rss_mib for r in recs)}
         stats = [r._stats for r in recs if r._stats is not None]
+        peer_stats = [r.stats for r in recs if r._stats is None and r.stats]
+        if peer_stats:  # llama-cpp-python and llama-server: time to the first streamed token
+            row["ttft_seconds"] = sum(s.get("prefill_seconds", 0.0) for s in peer_stats) / len(peer_stats)
+        if spec.kind in SERVER_METHODS and peer_stats:
+            calls = sum(s.get("target_calls", 0) for s in peer_stats)
+            drafted = sum(s.get("draft_n", 0) for s in peer_stats)
+            accepted = sum(s.get("draft_n_accepted", 0) for s in peer_stats)
+            produced = sum(s.get("predicted_n", 0) for s in peer_stats)
+            row.update(target_calls_per_token=calls / produced if produced else None,
+                       draft_n=drafted, draft_n_accepted=accepted,
+                       draft_accept=accepted / drafted if drafted else None)
         if stats:
             st = sum_stats(stats)
             d = max(st.decode_seconds, 1e-9)
@@ -73,10 +95,22 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         rows.append(row)
     _pass_intervals(rows, records)
     ar = next((r for r in rows if r["kind"] == "ar"), None)
+    by_kind = {r["kind"]: r for r in rows if r["method"] == r["kind"]}
     for r in rows:
         r["ratio_vs_ar"] = r["tokens_per_second"] / ar["tokens_per_second"] \
             if ar and ar["tokens_per_second"] else None
+        plain = by_kind.get(PLAIN_PEER.get(r["kind"], ""))
+        r["ratio_vs_plain"] = r["tokens_per_second"] / plain["tokens_per_second"] \
+            if plain and plain["tokens_per_second"] else None
     return rows
+
+
+def summarize_groups(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
+                     cost: CostModel | None = None) -> dict[str, list[dict]]:
+    """`summarize` per workload (prompt kind), the known ones first in GROUP_ORDER."""
+    kinds = sorted({r.prompt_kind for r in records},
+                   key=lambda k: (GROUP_ORDER.index(k) if k in GROUP_ORDER else len(GROUP_ORDER), k))
+    return {k: summarize([r for r in records if r.prompt_kind == k], specs, cost) for k in kinds}
 
 
 def _pass_intervals(rows: list[dict], records: Sequence[RunRecord]) -> None:

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from ..bench import costmodel
-from ..bench.results import DEFAULTS, QUICK, BenchConfig
+from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
+from ..bench.runner import ALL_METHODS
 from ..errors import SprinterError
 from ..verifiers.calibration import PRESETS
 from .common import add_hardware_args, add_model_args, engine_from
@@ -21,17 +22,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench", help="benchmark speed and quality of every decoding method",
         description="Run ar, auto, sd, sprinter (at several thresholds), oracle (sprinter with a "
-                    "perfect verifier), draft and llama-cpp-python (plain, and with its draft_model= "
-                    "hook) on the same prompts, interleaved prompt by prompt; measure tokens/s, "
-                    "target calls, time split, peak memory and quality (HumanEval pass@1, "
-                    "ROUGE-L and exact match against ar, target log-prob, eta_FP); predict speed "
+                    "perfect verifier), draft, llama-cpp-python (plain, with its draft_model= hook "
+                    "fed by the pair's draft, and with its prompt lookup) and llama.cpp's own "
+                    "llama-server (plain, draft-simple at its defaults and tuned, ngram-mod, "
+                    "ngram-simple; built by tools/build_llama_server.sh) on the same prompts, "
+                    "interleaved prompt by prompt; measure tokens/s, TTFT, target calls, time "
+                    "split, peak memory and quality (HumanEval pass@1, ROUGE-L and exact match "
+                    "against ar, target log-prob, eta_FP), over all prompts and per workload "
+                    "(fresh code, chat and explanations, long-context answers, ...); predict speed "
                     "from a cost model of this machine; write bench.json, bench.md and bench.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_model_args(p)
     g = p.add_argument_group("what to run")
-    g.add_argument("--methods", default="ar,auto,sd,sprinter,oracle,draft,llama-cpp,llama-cpp-draft",
-                   help="comma-separated: ar, auto, sd, sprinter, oracle, draft, llama-cpp, "
-                        "llama-cpp-draft (ar always runs: it is the reference)")
+    g.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from: {', '.join(ALL_METHODS)} (ar always runs: it is the "
+                        "reference; the llama-server rows need tools/build_llama_server.sh, and are "
+                        "left out with one note when it has not run)")
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
                         "'presets' = one row per named preset (quality/balanced/fast), "
@@ -58,6 +64,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--chat", type=int, default=None, metavar="N",
                    help="N built-in chat prompts, held out from verifier training "
                         f"(0 = none; default {DEFAULTS['chat']})")
+    g.add_argument("--explain", type=int, default=None, metavar="N",
+                   help="N built-in requests to explain code or a concept, in the chat group "
+                        f"(0 = none; default {DEFAULTS['explain']})")
+    g.add_argument("--long", type=int, default=None, metavar="N",
+                   help="N long-context answers: a module of this Python's standard library (1-3k "
+                        "tokens of it) pasted in, with a request to quote one function and explain it "
+                        f"(0 = none; default {DEFAULTS['long']}; they fit the default --ctx 4096)")
     g.add_argument("--prompts", metavar="FILE",
                    help="extra prompts: one per line, or JSONL with a 'prompt' field")
     g.add_argument("--max-tokens", type=int, default=None,
@@ -67,10 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("run")
     g.add_argument("--quick", action="store_true",
                    help=f"CI-sized: {QUICK['humaneval']} HumanEval + {QUICK['chat']} chat prompt, "
-                        f"{QUICK['max_tokens']} tokens, coarse cost model (explicit flags win)")
+                        f"no explanation or long-context prompt, {QUICK['max_tokens']} tokens, coarse "
+                        "cost model (explicit flags win)")
     g.add_argument("--out", default="bench-out", type=Path,
                    help="directory for bench.json, bench.md and bench.png")
-    g.add_argument("--no-peers", action="store_true", help="skip the llama-cpp-python rows")
+    g.add_argument("--no-peers", action="store_true",
+                   help="skip the llama-cpp-python and llama-server rows")
     g.add_argument("--no-cost-model", action="store_true",
                    help="skip measuring decode costs (no predicted columns)")
     g.add_argument("--no-warmup", action="store_true",
@@ -82,14 +97,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "pass@1 and agreement with ar only: the fastest long HumanEval run)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_hardware_args(p)
-    p.set_defaults(func=run, ctx=2048)
+    p.set_defaults(func=run, ctx=4096)  # room for the long-context prompts and their replies
 
 
 def config_from(args: argparse.Namespace) -> BenchConfig:
     """The flags as a BenchConfig: explicit flags win over --quick, which wins over defaults."""
     base = QUICK if args.quick else DEFAULTS
-    humaneval, chat, max_tokens = (getattr(args, k) if getattr(args, k) is not None else base[k]
-                                   for k in ("humaneval", "chat", "max_tokens"))
+    humaneval, chat, explain, long, max_tokens = (
+        getattr(args, k) if getattr(args, k) is not None else base[k]
+        for k in ("humaneval", "chat", "explain", "long", "max_tokens"))
+    for flag, n in (("--humaneval", humaneval), ("--chat", chat), ("--explain", explain), ("--long", long)):
+        if n < 0:
+            raise SprinterError(f"{flag} must be >= 0")
     items = [t.strip() for t in args.thresholds.split(",") if t.strip()]
     thresholds: list[float] | None = None
     presets: tuple[str, ...] = PRESETS
@@ -114,11 +133,12 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         methods=[m.strip() for m in args.methods.split(",") if m.strip()], thresholds=thresholds,
         presets=presets,
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
-        humaneval=humaneval, chat=chat, prompt_file=args.prompts, max_tokens=max_tokens,
+        humaneval=humaneval, chat=chat, explain=explain, long=long, prompt_file=args.prompts,
+        max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
-        peer_ctx=min(args.ctx, 4096), pair=args.pair if not args.target else None,
+        peer_ctx=min(args.ctx, 4096), server_ctx=args.ctx, pair=args.pair if not args.target else None,
         command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 

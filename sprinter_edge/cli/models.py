@@ -12,6 +12,18 @@ from ..catalog.registry import load_registry
 from ..catalog.store import ensure_model, status
 from ..errors import SprinterError
 
+# what a user must know before trusting the flat-batch figure (doctor prints it under it)
+FLAT_CHECK = (
+    "    before trusting it: check the target row of the cost table above on YOUR machine (run "
+    "doctor there, --gpu on a GPU build): the bound holds only as far as c(n) stays near c(1); "
+    "users report draft models SLOWER than plain decoding on Apple Silicon with small pairs (a "
+    "Qwen3-4B target with a 0.6B draft at 0.47x on an M4, llama.cpp PR #25173's thread), large "
+    "gains only with large targets")
+CURVE_HINT = (
+    "  (the table is smoothed to be monotone for the planner; measured raw, a call of a multiple "
+    "of 16 tokens can cost less than a smaller one, e.g. 16 vs 12-15 on x86 CPUs: `doctor --curve` "
+    "times every size of 1..32)")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list registered pairs and which files are present",
@@ -38,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip loading models and timing")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="time with every layer on the GPU")
+    p.add_argument("--curve", action="store_true",
+                   help="also time the target at every batch size of 1..32 the bench uses, raw (not "
+                        "smoothed), one logits row, and say where a larger batch costs less (about "
+                        "10-20 s for the default pair on 2 cores)")
     p.set_defaults(func=run_doctor)
 
 
@@ -151,7 +167,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         print(f"  (no timing: {exc})")
         return 0
     from ..api import Engine, Hardware
-    from ..planning.planner import flat_copy
+    from ..planning.planner import flat_bound
 
     layers = -1 if args.gpu else 0
     try:
@@ -168,13 +184,42 @@ def run_doctor(args: argparse.Namespace) -> int:
         if table is not None:
             print(f"  {role:6} " + "  ".join(f"{n}: {table.last[n]:.0f}/{table.full[n]:.0f}"
                                              for n in sorted(table.last)))
+    if args.curve:
+        for line in _curve_lines(engine.target):
+            print(line)
+    else:
+        print(CURVE_HINT)
     plan, why = planner.best()
     print(f"auto          runs {plan.label}: {why}")
     for p in planner.plans()[:4]:
         print(f"  {p.label:18} predicted {p.tokens_per_second:5.1f} tok/s")
-    gpu_like = flat_copy(planner)
-    flat, flat_why = gpu_like.best()
-    print(f"  where a batch costs one token (GPU, Apple Silicon), auto would run {flat.label}: {flat_why}")
+    for line in flat_bound(planner).lines():
+        print(line)
+    print(FLAT_CHECK)
     engine.close()
     return 0
+
+
+def _curve_lines(target) -> list[str]:  # type: ignore[no-untyped-def]
+    """The target's raw cost at every size of costs.SIZES, and where it is not monotone."""
+    from ..planning.costs import SIZES, dips, measure
+
+    table = measure(target, SIZES, repeats=3, all_rows=False, monotone=False)
+    lines = ["  target curve (ms per call of n tokens, 1 logits row, raw, median of 3) "
+             + "  ".join(f"{n}: {table.last[n]:.0f}" for n in SIZES)]
+    found = dips(table.last)
+    if not found:
+        lines.append("    monotone here (within 5%): no larger batch costs less than a smaller one")
+    for n, m, cn, cm in found:
+        lines.append(f"    not monotone: n={n} costs {cn:.0f} ms, less than n={m} ({cm:.0f} ms)"
+                     + (": a multiple of 16 takes a faster kernel path; padding a call to it pays"
+                        if n % 16 == 0 else " (noise, or a kernel path of its own)"))
+    sizes = sorted(table.last)
+    for n in (s for s in sizes if s % 16 == 0 and s > sizes[0]):
+        below = max(s for s in sizes if s < n)
+        cn, cb = table.last[n], table.last[below]
+        how = "cheaper than" if cn < cb else "dearer than"
+        lines.append(f"    n={n}: {cn:.0f} ms, {how} n={below} ({cb:.0f} ms); per token {cn / n:.1f} "
+                     f"vs {cb / below:.1f} ms")
+    return lines
 

@@ -77,6 +77,20 @@ class CostTable:
             self.full[n] = max(self.full[n], _interp(self.last, n))
 
 
+def dips(costs: dict[int, float], min_drop: float = 0.05) -> list[tuple[int, int, float, float]]:
+    """Where a larger batch costs less than a smaller one, by more than `min_drop` of the
+    larger's cost (timing noise stays out): (n, the smaller m that costs most above it, c(n),
+    c(m)) for each such n, in order."""
+    out = []
+    sizes = sorted(costs)
+    for i, n in enumerate(sizes):
+        dearer = [m for m in sizes[:i] if costs[m] > costs[n] * (1 + min_drop)]
+        if dearer:
+            m = max(dearer, key=lambda k: costs[k])
+            out.append((n, m, costs[n], costs[m]))
+    return out
+
+
 def _interp(table: dict[int, float], n: float) -> float:
     xs = sorted(table)
     if n <= xs[0]:
@@ -91,13 +105,17 @@ def _interp(table: dict[int, float], n: float) -> float:
 
 
 def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
-            full_sizes: Sequence[int] | None = None) -> CostTable:
+            full_sizes: Sequence[int] | None = None, *, all_rows: bool = True,
+            monotone: bool = True) -> CostTable:
     """Time decode calls of n tokens after a 64-token context, median of `repeats`: with one
-    logits row at `sizes`, with every row at `full_sizes` (default: the same)."""
-    full_sizes = sizes if full_sizes is None else full_sizes
+    logits row (`last`) at `sizes` and, unless `all_rows` is off, with n rows (`full`) at
+    `full_sizes` (default: the same). `monotone` smooths the one-row table for the planner
+    (`CostTable.make_monotone`); off, it keeps what was measured, a multiple of 16 that costs
+    less than a smaller batch included."""
+    full_sizes = (sizes if full_sizes is None else full_sizes) if all_rows else ()
     tokens = model.tokenize(_TEXT)
     context, batch = tokens[:64], tokens[64:]
-    longest = max(max(sizes), max(full_sizes))
+    longest = max([*sizes, *full_sizes])
     if len(batch) < longest:
         batch = (batch * (longest // max(1, len(batch)) + 1))
     model.sync(context, n_logits=0)
@@ -112,9 +130,11 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
             model.eval(batch[:n], n_logits=rows)
             times.append((time.perf_counter() - t0) * 1e3)
         dest[n] = sorted(times)[len(times) // 2]
-    table.full[1] = table.last[1]
+    if all_rows:
+        table.full[1] = table.last[1]
     model.rollback(0)
-    table.make_monotone()
+    if monotone:
+        table.make_monotone()
     log.info("decode costs measured for %s", getattr(model, "path", model))
     return table
 

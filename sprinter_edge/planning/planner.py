@@ -58,6 +58,18 @@ class Running:
 
 
 @dataclass(frozen=True)
+class Round:
+    """One expected round of a method (a mixture over run lengths for SPRINTER): the draft and
+    verifier milliseconds, the milliseconds of its one target call, that call's mean batch and
+    the tokens the round yields. ms per token = (draft_ms + target_ms) / tokens."""
+
+    draft_ms: float
+    target_ms: float
+    tokens: float
+    batch: float
+
+
+@dataclass(frozen=True)
 class Plan:
     method: str  # ar | sd | lookup | staged | sprinter
     ms_per_token: float  # predicted, after the efficiency correction
@@ -121,32 +133,37 @@ class Planner:
 
     def raw_ms(self, method: str, *, draft_len: int = 4, run_cap: int | None = 20) -> float:
         """Predicted decode milliseconds per generated token, from costs and acceptance."""
+        r = self.round(method, draft_len=draft_len, run_cap=run_cap)
+        return (r.draft_ms + r.target_ms) / r.tokens
+
+    def round(self, method: str, *, draft_len: int = 4, run_cap: int | None = 20) -> Round:
+        """The expected round of `method`: draft (and verifier) ms, the one target call's ms and
+        its mean batch, the tokens it yields."""
         t = self.target
         if method == "ar" or self.draft is None:
-            return t.cost(1)
+            return Round(0.0, t.cost(1), 1.0, 1.0)
         d1, d2 = self.draft.cost(1), self.draft.cost(2)
         if method == "sd":
             a, k = min(self.sd_accept.value, 0.999), draft_len
             tokens = (1 - a ** (k + 1)) / (1 - a)
             all_pass = a ** k  # then the draft reads the last draft token and the bonus: 2 tokens
-            ms = k * d1 + all_pass * (d2 - d1) + t.cost(k + 1, k + 1)
-            return ms / tokens
+            return Round(k * d1 + all_pass * (d2 - d1), t.cost(k + 1, k + 1), tokens, k + 1.0)
         if method == "sprinter":
             f = min(max(self.flag_rate.value, 1e-3), 1.0)
             acc = self.flagged_accept.value
             cap = run_cap or 64
-            ms = tokens = 0.0
+            draft_ms = target_ms = tokens = batch = 0.0
             # L tokens kept, then one verified (flagged, or forced at the cap): truncated geometric
             for kept in range(cap):
                 p = (1 - f) ** kept * (f if kept < cap - 1 else 1.0)
                 if p < 1e-9:
                     continue
                 steps = kept + 1
-                cycle = steps * d1 + steps * self.verifier_ms + acc * (d2 - d1)
-                cycle += t.cost(kept + 2, 2)  # pending tokens + the last committed one
-                ms += p * cycle
+                draft_ms += p * (steps * d1 + steps * self.verifier_ms + acc * (d2 - d1))
+                target_ms += p * t.cost(kept + 2, 2)  # pending tokens + the last committed one
+                batch += p * (kept + 2)
                 tokens += p * (kept + 1 + acc)
-            return ms / tokens
+            return Round(draft_ms, target_ms, tokens, batch)
         raise ValueError(f"no cost model for method {method!r}")
 
     def plans(self, kind: str = "chat", approximate: bool = False) -> list[Plan]:
@@ -259,6 +276,59 @@ def flat_copy(planner: Planner) -> Planner:
 
     return Planner(flat(planner.target), flat(planner.draft), planner.verifier_ms, planner.max_run_cap,
                    planner.use_sprinter, planner.sd_accept, planner.flag_rate, planner.flagged_accept)
+
+
+@dataclass(frozen=True)
+class FlatBound:
+    """The flat-batch figure and what it would need: an UPPER bound on the speed-up.
+
+    Priced with c(n) = c(1) for every batch (`flat_copy`), `plan` runs at
+    ms/token = (flat.draft_ms + c1) / flat.tokens, `ratio` = c1 / that. On a real machine the
+    target call of `flat.batch` tokens costs `measured_ms` (this machine's table); the plan
+    beats ar only where it costs at most `break_even_ms` = c1 * tokens - draft ms (the draft
+    priced as measured), and it runs at `measured_ratio` x ar here."""
+
+    plan: Plan
+    ratio: float
+    c1: float  # target ms for one token
+    d1: float | None  # draft ms for one token
+    flat: Round  # the plan's round under flat costs
+    measured: Round  # the same round under this machine's costs
+    break_even_ms: float
+    measured_ratio: float
+
+    def lines(self) -> list[str]:
+        """What doctor prints."""
+        p, f, m = self.plan, self.flat, self.measured
+        d = f" (draft {self.d1:.0f} ms)" if self.d1 is not None else ""
+        out = [f"  flat-batch bound, an UPPER bound (not a prediction): if a batch of any size cost what "
+               f"one token costs, c(n) = c(1) = {self.c1:.0f} ms for the target{d}, auto would run "
+               f"{p.label} at {self.ratio:.2f}x ar"]
+        if p.method == "ar":
+            return out
+        per_token = (f.draft_ms + self.c1) / f.tokens
+        out.append(f"    formula: ms/token = (draft ms per round + c(1)) / tokens per round = "
+                   f"({f.draft_ms:.0f} + {self.c1:.0f}) / {f.tokens:.2f} = {per_token:.1f}, "
+                   f"against ar's c(1) = {self.c1:.0f}")
+        mean = " (mean)" if p.method == "sprinter" else ""
+        out.append(f"    it needs a target batch of {m.batch:.0f} tokens{mean} to cost <= "
+                   f"{max(self.break_even_ms, 0.0):.0f} ms to beat ar at the draft costs measured here; "
+                   f"measured here {m.target_ms:.0f} ms: the cost model puts {p.label} at "
+                   f"{self.measured_ratio:.2f}x ar on this machine")
+        return out
+
+
+def flat_bound(planner: Planner) -> FlatBound:
+    """`FlatBound` for the plan `auto` would pick under flat costs."""
+    flat = flat_copy(planner)
+    plan, _ = flat.best()
+    kw = dict(draft_len=plan.draft_len, run_cap=plan.run_cap)
+    f, m = flat.round(plan.method, **kw), planner.round(plan.method, **kw)
+    c1 = planner.target.cost(1)
+    d1 = planner.draft.cost(1) if planner.draft is not None else None
+    ratio = c1 * f.tokens / (f.draft_ms + f.target_ms)
+    measured_ratio = c1 * m.tokens / (m.draft_ms + m.target_ms)
+    return FlatBound(plan, ratio, c1, d1, f, m, c1 * m.tokens - m.draft_ms, measured_ratio)
 
 
 def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold: float | None,

@@ -1,0 +1,245 @@
+"""llama.cpp's own tools (llama-server, llama-bench, llama-batched-bench), built from the
+llama.cpp sources vendored in the installed llama-cpp-python's sdist with the CMAKE_ARGS of
+the installed wheel, and cached per (version, CMAKE_ARGS) like tools/setup.sh caches the wheel.
+
+Stdlib only, so that it runs as a plain script (tools/build_llama_server.sh calls it):
+
+    python3 sprinter_edge/backend/llama_tools.py build [--rebuild] [--jobs N]
+    python3 sprinter_edge/backend/llama_tools.py where     # the bin folder; exit 1 when not built
+
+The binaries live in ${SPRINTER_EDGE_TOOLS:-~/.cache/sprinter-edge/llama-tools}/<key>/bin/, the
+key `buildflags.wheel_key(CMAKE_ARGS, version)`: the same key as the wheel built with those
+flags. The bench only looks the binaries up (`find_tool`), it never builds: a compile during a
+timing run would take both cores for minutes.
+
+Which CMAKE_ARGS: $CMAKE_ARGS when set (as tools/setup.sh), else the ones recorded next to the
+installed wheel (setup.sh writes build.txt beside it; pip records the wheel's path), else what
+buildflags.py recommends for this machine. Added to them: a Release build, no curl, no OpenSSL,
+no tests, and static libraries (the binaries are self-contained, so they can be moved into the
+cache; the kernels are the same code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+if __package__:
+    from . import buildflags
+else:  # run as a script
+    import buildflags  # type: ignore[no-redef]
+
+log = logging.getLogger(__name__)
+
+TOOLS = ("llama-server", "llama-bench", "llama-batched-bench")
+EXTRA_CMAKE_ARGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+                    "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF")
+BUILD_HINT = "run tools/build_llama_server.sh"
+SERVER_ENV = "SPRINTER_EDGE_LLAMA_SERVER"  # an explicit llama-server binary, overrides the cache
+
+
+class ToolsError(RuntimeError):
+    """A build step failed, or an explicit binary is unusable."""
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    version: str  # llama-cpp-python's version (its sdist vendors the llama.cpp sources)
+    cmake_args: str  # the wheel's CMAKE_ARGS
+    source: str  # where cmake_args came from, one phrase
+
+    @property
+    def key(self) -> str:
+        return buildflags.wheel_key(self.cmake_args, self.version)
+
+    @property
+    def folder(self) -> Path:
+        return tools_root() / self.key
+
+    @property
+    def bin(self) -> Path:
+        return self.folder / "bin"
+
+
+def tools_root() -> Path:
+    root = os.environ.get("SPRINTER_EDGE_TOOLS")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "sprinter-edge" / "llama-tools"
+
+
+def installed_version() -> str:
+    """The installed llama-cpp-python's version (buildflags' pin when it is not installed)."""
+    try:
+        return md.version("llama-cpp-python")
+    except md.PackageNotFoundError:
+        return buildflags.LLAMA_CPP_PYTHON_VERSION
+
+
+def _wheel_build_txt() -> Path | None:
+    """build.txt beside the wheel the installed llama-cpp-python came from (setup.sh's cache)."""
+    try:
+        dist = md.distribution("llama-cpp-python")
+    except md.PackageNotFoundError:
+        return None
+    try:
+        url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+    except ValueError:
+        return None
+    if not url.startswith("file:"):
+        return None
+    path = Path(unquote(urlparse(url).path))
+    txt = path.parent / "build.txt"
+    return txt if path.suffix == ".whl" and txt.is_file() else None
+
+
+def _read_cmake_args(txt: Path) -> str | None:
+    for line in txt.read_text(encoding="utf-8").splitlines():
+        if line.startswith("CMAKE_ARGS="):
+            return line.removeprefix("CMAKE_ARGS=")
+    return None
+
+
+def build_spec() -> BuildSpec:
+    """The version and CMAKE_ARGS to build (or look up) the tools with."""
+    version = installed_version()
+    env = os.environ.get("CMAKE_ARGS")
+    if env:
+        return BuildSpec(version, env, "CMAKE_ARGS in the environment")
+    txt = _wheel_build_txt()
+    args = _read_cmake_args(txt) if txt else None
+    if txt and args is not None:
+        return BuildSpec(version, args, f"the installed wheel's {txt}")
+    return BuildSpec(version, buildflags.recommend().cmake_args,
+                     "recommended for this machine (buildflags.py)")
+
+
+def where(spec: BuildSpec | None = None) -> Path | None:
+    """The bin folder when every tool is built for this spec, else None."""
+    spec = spec or build_spec()
+    ok = all(os.access(spec.bin / t, os.X_OK) for t in TOOLS)
+    return spec.bin if ok else None
+
+
+def find_tool(name: str = "llama-server") -> Path | None:
+    """The binary the bench runs: $SPRINTER_EDGE_LLAMA_SERVER for llama-server when set, else
+    the cached build for the installed llama-cpp-python and its CMAKE_ARGS; None when not built."""
+    explicit = os.environ.get(SERVER_ENV) if name == "llama-server" else None
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ToolsError(f"{SERVER_ENV}={explicit} is not an executable file")
+        return path
+    folder = where()
+    return folder / name if folder else None
+
+
+def _run(cmd: list[str]) -> None:
+    log.info("$ %s", " ".join(shlex.quote(c) for c in cmd))
+    rc = subprocess.call(cmd)
+    if rc != 0:
+        raise ToolsError(f"`{cmd[0]} {cmd[1] if len(cmd) > 1 else ''}` failed with exit status {rc}")
+
+
+def build(*, rebuild: bool = False, jobs: int | None = None, spec: BuildSpec | None = None) -> Path:
+    """Build the tools for `spec` (default: `build_spec()`) unless they are cached; the bin folder."""
+    spec = spec or build_spec()
+    log.info("llama-cpp-python %s, CMAKE_ARGS=%r (%s)", spec.version, spec.cmake_args, spec.source)
+    cached = where(spec)
+    if cached and not rebuild:
+        log.info("cached: %s (key %s); --rebuild compiles again", cached, spec.key)
+        return cached
+    if shutil.which("cmake") is None:
+        raise ToolsError("cmake not found: install it (e.g. apt-get install cmake) and run again")
+    root = tools_root()
+    root.mkdir(parents=True, exist_ok=True)
+    jobs = jobs or os.cpu_count() or 1
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+              "--progress-bar", "off", "--dest", str(tmp), f"llama-cpp-python=={spec.version}"])
+        sdists = sorted(tmp.glob("llama_cpp_python-*.tar.gz"))
+        if not sdists:
+            raise ToolsError(f"pip download left no llama_cpp_python-*.tar.gz in {tmp}")
+        with tarfile.open(sdists[0]) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:  # pragma: no cover - Python < 3.11.4
+                tar.extractall(tmp)  # noqa: S202 - the sdist pip just checked
+        src = next(tmp.glob("llama_cpp_python-*/vendor/llama.cpp"), None)
+        if src is None or not (src / "CMakeLists.txt").is_file():
+            raise ToolsError(f"no vendored llama.cpp in {sdists[0].name}")
+        build_dir = tmp / "build"
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        _run(["cmake", "-S", str(src), "-B", str(build_dir), *gen, *EXTRA_CMAKE_ARGS,
+              *shlex.split(spec.cmake_args)])
+        _run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TOOLS])
+        out = tmp / "out"
+        (out / "bin").mkdir(parents=True)
+        for t in TOOLS:
+            exe = build_dir / "bin" / t
+            if not exe.is_file():
+                raise ToolsError(f"the build made no {exe}")
+            shutil.copy2(exe, out / "bin" / t)
+        seconds = time.monotonic() - t0
+        (out / "build.txt").write_text(
+            f"llama-cpp-python=={spec.version}\nCMAKE_ARGS={spec.cmake_args}\n"
+            f"CMAKE_ARGS source: {spec.source}\nextra: {' '.join(EXTRA_CMAKE_ARGS)}\n"
+            f"built: {time.strftime('%Y-%m-%d %H:%M:%S %z')} in {seconds:.0f} s with -j {jobs}\n",
+            encoding="utf-8")
+        if spec.folder.exists():
+            shutil.rmtree(spec.folder)
+        out.rename(spec.folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built %s in %.0f s: %s", ", ".join(TOOLS), time.monotonic() - t0, spec.bin)
+    return spec.bin
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="build_llama_server",
+        description="Build llama.cpp's llama-server, llama-bench and llama-batched-bench from the "
+                    "sources vendored in the installed llama-cpp-python's sdist, with the wheel's "
+                    "CMAKE_ARGS; cached per (version, CMAKE_ARGS) under "
+                    "${SPRINTER_EDGE_TOOLS:-~/.cache/sprinter-edge/llama-tools}/<key>/bin.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build unless cached (about 7 minutes on 2 cores)")
+    b.add_argument("--rebuild", action="store_true", help="compile again even when cached")
+    b.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: all cores)")
+    sub.add_parser("where", help="print the bin folder of the cached build (exit 1 when not built)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="build_llama_server: %(message)s", stream=sys.stderr)
+    spec = build_spec()
+    if args.cmd == "where":
+        folder = where(spec)
+        if folder is None:
+            print(f"not built for llama-cpp-python {spec.version} and CMAKE_ARGS={spec.cmake_args!r}: "
+                  f"{BUILD_HINT}", file=sys.stderr)
+            return 1
+        print(folder)
+        return 0
+    if args.jobs is not None and args.jobs < 1:
+        p.error("--jobs must be >= 1")
+    try:
+        build(rebuild=args.rebuild, jobs=args.jobs, spec=spec)
+    except (ToolsError, OSError, tarfile.TarError) as exc:
+        print(f"build_llama_server: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
