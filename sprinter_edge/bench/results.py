@@ -27,11 +27,11 @@ from .llama_server import SERVER_METHODS
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
 QUICK = dict(humaneval=1, chat=1, explain=0, long=0, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
-DEFAULT_METHODS = ("ar", "auto", "sd", "sprinter", "oracle", "draft", "llama-cpp", "llama-cpp-draft",
-                   "llama-cpp-lookup", *SERVER_METHODS)
+DEFAULT_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "oracle", "draft", "llama-cpp",
+                   "llama-cpp-draft", "llama-cpp-lookup", *SERVER_METHODS)
 SERVER_MISSING_NOTE = f"llama-server: not built: {llama_tools.BUILD_HINT}"
 
-BATCH_NOTE = ("sd, oracle and llama-cpp rows are meant to equal ar under greedy decoding; llama.cpp's "
+BATCH_NOTE = ("sd, lookup, staged, oracle and llama-cpp rows are meant to equal ar under greedy decoding; llama.cpp's "
               "CPU kernels are not batch-invariant (a batch of >= 4 tokens moves logits by up to ~0.6), "
               "so near-ties can flip and exact match can be < 1.")
 PEER_TIMING_NOTE = ("llama-cpp tok/s counts tokens after the first over the time after the first "

@@ -28,7 +28,7 @@ from .prompts import BenchPrompt
 
 log = logging.getLogger(__name__)
 
-ENGINE_METHODS = ("ar", "auto", "sd", "sprinter", "oracle", "draft")
+ENGINE_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "oracle", "draft")
 LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
 PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
