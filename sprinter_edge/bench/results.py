@@ -32,8 +32,8 @@ DEFAULT_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "oracle",
 SERVER_MISSING_NOTE = f"llama-server: not built: {llama_tools.BUILD_HINT}"
 
 BATCH_NOTE = ("sd, lookup, staged, oracle and llama-cpp rows are meant to equal ar under greedy decoding; "
-              "llama.cpp's CPU kernels are not batch-invariant (a batch of >= 4 tokens moves logits by up to ~0.6), "
-              "so near-ties can flip and exact match can be < 1.")
+              "llama.cpp's CPU kernels are not batch-invariant (a batch of >= 4 tokens moves logits by up "
+              "to ~0.6), so near-ties can flip and exact match can be < 1.")
 PEER_TIMING_NOTE = ("llama-cpp tok/s counts tokens after the first over the time after the first "
                     "(prompt and first token excluded, as for the engine rows); its tokens are the "
                     "re-tokenized text.")
