@@ -105,7 +105,10 @@ class Sampler:
     def draw(self, prepared: int | np.ndarray) -> int:
         if isinstance(prepared, int):
             return prepared
-        return int(self.rng.choice(prepared.shape[0], p=prepared))
+        # inverse CDF: rng.choice(n, p=...) re-validates p on every call (1.5 ms over 152k tokens)
+        cdf = np.cumsum(prepared)
+        i = int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"))
+        return min(i, prepared.shape[0] - 1)
 
     def verify(
         self, token: int, p: int | np.ndarray, q: int | np.ndarray
