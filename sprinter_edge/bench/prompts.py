@@ -26,11 +26,12 @@ CHAT_PROMPTS = (
 
 @dataclass
 class BenchPrompt:
-    """One prompt: an id, the user message, and the HumanEval problem when it is one."""
+    """One prompt: an id, the user message, and the HumanEval problem or the edit task
+    (`edits.EditTask` as a dict) when it is one."""
 
     id: str
     text: str
-    kind: str = "chat"  # "chat" or "humaneval"
+    kind: str = "chat"  # "chat", "humaneval" or "edit"
     problem: dict = field(default_factory=dict)
     stop: tuple[str, ...] = ()  # every method stops before the first of these texts
 
