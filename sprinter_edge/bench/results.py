@@ -21,7 +21,7 @@ from ..errors import SprinterError
 from ..planning.costs import cpu_name
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
-from . import costmodel, peers, plot, prompts, report, runner, summary
+from . import costmodel, edits, peers, plot, prompts, report, runner, summary
 
 DEFAULTS = dict(humaneval=12, chat=4, max_tokens=128)
 QUICK = dict(humaneval=1, chat=1, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
@@ -47,6 +47,8 @@ class BenchConfig:
     seed: int = 0
     humaneval: int = DEFAULTS["humaneval"]  # the first N HumanEval problems
     chat: int = DEFAULTS["chat"]  # built-in chat prompts
+    edits: int = 0  # edit tasks: the first N of edits.task_order (its first 80: the fixed subset)
+    edit_kinds: Sequence[str] = ()  # only these edit kinds (empty: all)
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
     humaneval_timeout: float = 10.0
@@ -100,10 +102,11 @@ def machine(threads: int | None) -> dict:
 def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen = prompts.humaneval_prompts(config.humaneval) if config.humaneval else []
     chosen += prompts.chat_prompts(config.chat) if config.chat else []
+    chosen += edits.edit_prompts(config.edits, config.edit_kinds or edits.KINDS) if config.edits else []
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)
     if not chosen:
-        raise SprinterError("no prompts: use --humaneval N, --chat N or --prompts FILE")
+        raise SprinterError("no prompts: use --humaneval N, --chat N, --edits N or --prompts FILE")
     return chosen
 
 
