@@ -284,3 +284,25 @@ def test_bench_flags_resolve_to_a_config() -> None:
     assert "llama-server-ngram-mod" in cfg().methods and "llama-cpp-lookup" in cfg().methods
     with pytest.raises(SprinterError, match="--long must be >= 0"):
         cfg("--long", "-1")
+
+
+def test_bench_edit_tasks_end_to_end(fixture_target_path: Path, fixture_draft_path: Path,
+                                     tmp_path: Path) -> None:
+    """--edits: each run's reply checked (runs[].edit), the edit pass rate per row with its
+    interval and the paired difference from ar, and the by-kind table in bench.md."""
+    out = tmp_path / "bench"
+    rc = main(["bench", "--target", str(fixture_target_path), "--draft", str(fixture_draft_path),
+               "--methods", "ar,sd", "--humaneval", "0", "--chat", "0", "--explain", "0", "--long", "0",
+               "--edits", "2",
+               "--max-tokens", "24", "--threads", "2", "--no-peers", "--no-cost-model", "--no-warmup",
+               "--rescore", "none", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "bench.json").read_text())
+    runs = [r for r in data["runs"] if r["prompt_kind"] == "edit"]
+    assert len(runs) == 4 and all(set(r["edit"]) >= {"passed", "kind", "why"} for r in runs)
+    assert all(r["edit"]["passed"] or r["edit"]["why"] for r in runs)
+    ar, sd = (next(r for r in data["rows"] if r["kind"] == k) for k in ("ar", "sd"))
+    assert ar["edit_n"] == sd["edit_n"] == 2 and len(sd["edit_ci"]) == 2 and "edit_diff_ci" in sd
+    assert sum(v[1] for v in ar["edit_by_kind"].values()) == 2
+    md = (out / "bench.md").read_text()
+    assert "| edit pass |" in md and "## edit tasks passed, by kind" in md

@@ -68,11 +68,12 @@ LONG_MAX_CHARS = 9_000  # about 2.6k tokens: with the reply, within a 4096-token
 @dataclass
 class BenchPrompt:
     """One prompt: an id, the user message, its workload (`kind`: the report's and the plot's
-    group), and the HumanEval problem or long-context task when it is one."""
+    group), and the HumanEval problem, the long-context task or the edit task (`edits.EditTask`
+    as a dict) when it is one."""
 
     id: str
     text: str
-    kind: str = "chat"  # "humaneval", "chat", "long", or another workload (e.g. "edit")
+    kind: str = "chat"  # "humaneval", "chat", "long", "edit"
     problem: dict = field(default_factory=dict)
     stop: tuple[str, ...] = ()  # every method stops before the first of these texts
 

@@ -92,11 +92,18 @@ def token_agreement(tokens: Sequence[int], reference: Sequence[int]) -> tuple[bo
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
+def code_block(completion: str) -> str | None:
+    """The first fenced (```python, ``` or ```py) block of a reply, None when it has none;
+    a block the reply leaves open (cut by a stop string or the token budget) runs to the end."""
+    m = _FENCE.search(completion)
+    return m.group(1) if m else None
+
+
 def extract_code(completion: str, problem: dict) -> str:
     """The program to test: the first fenced block (or the raw text), with the problem's
     imports, and the problem's own prompt in front when the function is not defined."""
-    m = _FENCE.search(completion)
-    code = m.group(1) if m else completion
+    block = code_block(completion)
+    code = completion if block is None else block
     entry = problem.get("entry_point", "")
     prompt = problem.get("prompt", "")
     if entry and not re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE):
@@ -169,8 +176,12 @@ def run_program(source: str, timeout: float = 10.0) -> ExecResult:
 
 def check_humaneval(problem: dict, completion: str, timeout: float = 10.0) -> ExecResult:
     """pass@1 of one greedy completion: the extracted code plus the problem's tests."""
-    program = (extract_code(completion, problem) + "\n\n" + problem["test"] + "\n\n"
-               + f"check({problem['entry_point']})\n")
+    return run_tests(extract_code(completion, problem), problem, timeout)
+
+
+def run_tests(code: str, problem: dict, timeout: float = 10.0) -> ExecResult:
+    """`code` followed by the problem's tests (`test`, then `check(entry_point)`), sandboxed."""
+    program = code + "\n\n" + problem["test"] + "\n\n" + f"check({problem['entry_point']})\n"
     return run_program(program, timeout)
 
 

@@ -23,6 +23,9 @@ COLUMNS = (
     ("pass_at_1", "pass@1", "{:.2f}"),
     ("pass_ci", "pass@1 95% CI", "interval"),
     ("pass_diff", "vs ar, points (95% CI)", "diff"),
+    ("edit_pass", "edit pass", "{:.2f}"),
+    ("edit_ci", "edit 95% CI", "interval"),
+    ("edit_diff", "edit vs ar, points (95% CI)", "diff"),
     ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
@@ -31,6 +34,9 @@ COLUMNS = (
     ("fp_mass", "FP mass/tok", "{:.4f}"),
     ("eta_fp_x_p_differs", "eta_FP x P(diff), greedy", "{:.4f}"),
 )
+
+# columns shown only when some row has this key (the edit tasks are off by default)
+_SHOWN_WITH = {"edit_pass": "edit_n", "edit_ci": "edit_n", "edit_diff": "edit_n"}
 
 # What the quality columns of SPRINTER rows mean (written under the table).
 COLUMN_HELP = (
@@ -77,14 +83,16 @@ def _cell(value: object, fmt: str) -> str:
 
 
 def _value(row: dict, key: str) -> object:
-    if key == "pass_diff":  # the point difference with its interval
-        ci = row.get("pass_diff_ci")
-        return None if ci is None or row.get("pass_diff_vs_ar") is None else (row["pass_diff_vs_ar"], *ci)
+    if key in ("pass_diff", "edit_diff"):  # the point difference with its interval
+        prefix = key.removesuffix("_diff")
+        ci, d = row.get(f"{prefix}_diff_ci"), row.get(f"{prefix}_diff_vs_ar")
+        return None if ci is None or d is None else (d, *ci)
     return row.get(key)
 
 
 def markdown_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]] = COLUMNS,
                    *, drop_empty: bool = False) -> str:
+    columns = [c for c in columns if c[0] not in _SHOWN_WITH or any(r.get(_SHOWN_WITH[c[0]]) for r in rows)]
     if drop_empty:
         columns = [c for c in columns if c[0] == "method" or any(_value(r, c[0]) is not None for r in rows)]
     head = "| " + " | ".join(h for _, h, _ in columns) + " |"
@@ -126,6 +134,11 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
              "llama-server rows: its timings.prompt_ms). "
              "draft acc: llama-server's draft_n_accepted / draft_n.",
              "", COLUMN_HELP, "", *group_tables(data.get("groups") or {})]
+    if any(r.get("edit_by_kind") for r in rows):
+        lines += ["## edit tasks passed, by kind", "",
+                  "An edit task passes when the reply's code block parses, makes the requested change "
+                  "and passes the problem's tests (bench/edits.py); why each failed: runs[].edit.why.",
+                  "", edit_kind_table(rows), ""]
     if data.get("cost_model"):
         lines += ["## decode cost (ms per call)", "", cost_table(data["cost_model"]), ""]
     if data.get("notes"):
@@ -139,6 +152,19 @@ def _decoding(config: dict) -> str:
     how = ("greedy" if t <= 0 else f"sampled at temperature {t:g} (top-k, top-p off; seed "
            f"{config.get('seed', 0)} + prompt index)")
     return f"{how}; up to {config.get('max_tokens', '?')} new tokens"
+
+
+def edit_kind_table(rows: Sequence[dict]) -> str:
+    """passed/tasks per edit kind (bench/edits.py), one row per method."""
+    kinds = sorted({k for r in rows for k in r.get("edit_by_kind") or {}})
+    head = "| method | " + " | ".join(kinds) + " |"
+    sep = "|---|" + "|".join("---" for _ in kinds) + "|"
+    body = []
+    for r in rows:
+        by = r.get("edit_by_kind") or {}
+        cells = [f"{by[k][0]}/{by[k][1]}" if k in by else "-" for k in kinds]
+        body.append(f"| {r['method']} | " + " | ".join(cells) + " |")
+    return "\n".join([head, sep, *body])
 
 
 def cost_table(cost: dict) -> str:

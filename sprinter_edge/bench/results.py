@@ -22,7 +22,7 @@ from ..errors import SprinterError
 from ..planning.costs import cpu_name
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
-from . import costmodel, peers, plot, prompts, report, runner, summary
+from . import costmodel, edits, peers, plot, prompts, report, runner, summary
 from .llama_server import SERVER_METHODS
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
@@ -62,6 +62,8 @@ class BenchConfig:
     chat: int = DEFAULTS["chat"]  # built-in chat prompts
     explain: int = DEFAULTS["explain"]  # built-in explanation prompts (the chat group)
     long: int = DEFAULTS["long"]  # long-context answers: a stdlib module pasted, a question on it
+    edits: int = 0  # edit tasks: the first N of edits.task_order (its first 80: the fixed subset)
+    edit_kinds: Sequence[str] = ()  # only these edit kinds (empty: all)
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
     humaneval_timeout: float = 10.0
@@ -119,11 +121,12 @@ def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen += prompts.chat_prompts(config.chat) if config.chat else []
     chosen += prompts.explain_prompts(config.explain) if config.explain else []
     chosen += prompts.long_prompts(config.long) if config.long else []
+    chosen += edits.edit_prompts(config.edits, config.edit_kinds or edits.KINDS) if config.edits else []
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)
     if not chosen:
-        raise SprinterError("no prompts: use --humaneval N, --chat N, --explain N, --long N or "
-                            "--prompts FILE")
+        raise SprinterError("no prompts: use --humaneval N, --chat N, --explain N, --long N, --edits N "
+                            "or --prompts FILE")
     return chosen
 
 

@@ -21,7 +21,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
-from . import memory, quality
+from . import edits, memory, quality
 from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, server_stats
 from .peers import LlamaCppPeer
 from .prompts import BenchPrompt
@@ -103,6 +103,7 @@ class RunRecord:
     greedy_agreement: float | None = None
     false_pass: dict | None = None
     humaneval: dict | None = None
+    edit: dict | None = None  # edits.EditCheck: passed, kind, why, failure
     _origins: list[Origin] = field(default_factory=list, repr=False)
     _stats: Stats | None = field(default=None, repr=False)
 
@@ -253,6 +254,12 @@ class Runner:
                     res = quality.check_humaneval(by_id[rec.prompt_id].problem, rec.text,
                                                   self.config.humaneval_timeout)
                     rec.humaneval = dataclasses.asdict(res)
+        tasks = {p.id: p.problem for p in prompts if p.kind == "edit"}
+        for rec in (r for r in records if r.prompt_id in tasks):  # checked after every timed run
+            check = edits.check_reply(tasks[rec.prompt_id], rec.text, self.config.humaneval_timeout)
+            if not check.passed and rec.stats.get("finish_reason") == "length":
+                check.why += " (the reply ran out of --max-tokens)"  # a budget too small for the code
+            rec.edit = dataclasses.asdict(check)
         return records
 
     def _prompt(self, i: int, bp: BenchPrompt, toks: list[int], others: list[MethodSpec],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..decoding.base import Stats
 from . import quality
@@ -23,6 +24,22 @@ def group_name(kind: str) -> str:
     return GROUP_NAMES.get(kind, kind)
 
 _SUMMED = [f.name for f in dataclasses.fields(Stats) if f.type in ("int", "float")]
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """A per-run pass/fail check (a RunRecord field holding a dict with "passed") and the row
+    keys its pass rate goes under: `rate`, `n`, and {prefix}_passed, {prefix}_ci (95% Wilson),
+    {prefix}_diff_vs_ar with {prefix}_diff_ci (paired with ar over the same prompts)."""
+
+    field: str
+    rate: str
+    n: str
+    prefix: str
+
+
+TASK_CHECKS = (TaskCheck("humaneval", "pass_at_1", "humaneval_n", "pass"),
+               TaskCheck("edit", "edit_pass", "edit_n", "edit"))
 
 
 def sum_stats(items: Sequence[Stats]) -> Stats:
@@ -79,10 +96,16 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
             if cost is not None:
                 row["predicted_tps"] = cost.predict_tps(st)
                 row["predicted_ratio_flat"] = cost.predict_tps(st, flat=True) / cost.ar_tps()
-        he = [r.humaneval for r in recs if r.humaneval is not None]
+        for check in TASK_CHECKS:
+            done = [getattr(r, check.field) for r in recs if getattr(r, check.field) is not None]
+            row[check.rate] = sum(d["passed"] for d in done) / len(done) if done else None
+            row[check.n] = len(done)
+        edits = [r.edit for r in recs if r.edit is not None]
+        if edits:  # [passed, tasks] per edit kind
+            row["edit_by_kind"] = {k: [sum(e["passed"] for e in edits if e["kind"] == k),
+                                       sum(e["kind"] == k for e in edits)]
+                                   for k in sorted({e["kind"] for e in edits})}
         row.update(
-            pass_at_1=sum(h["passed"] for h in he) / len(he) if he else None,
-            humaneval_n=len(he),
             rouge_l=_mean([r.rouge_l for r in recs]),
             exact_match=_mean([float(r.exact_match) for r in recs if r.exact_match is not None]),
             prefix_agreement=_mean([r.prefix_agreement for r in recs]),
@@ -93,7 +116,8 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         if fps:
             row.update(_drift(fps, spec))
         rows.append(row)
-    _pass_intervals(rows, records)
+    for check in TASK_CHECKS:
+        _pass_intervals(rows, records, check)
     ar = next((r for r in rows if r["kind"] == "ar"), None)
     by_kind = {r["kind"]: r for r in rows if r["method"] == r["kind"]}
     for r in rows:
@@ -113,25 +137,25 @@ def summarize_groups(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
     return {k: summarize([r for r in records if r.prompt_kind == k], specs, cost) for k in kinds}
 
 
-def _pass_intervals(rows: list[dict], records: Sequence[RunRecord]) -> None:
-    """pass@1's 95% Wilson interval, and the paired difference from ar on the same problems."""
-    passed = {(r.method, r.prompt_id): bool(r.humaneval["passed"]) for r in records
-              if r.humaneval is not None}
+def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskCheck) -> None:
+    """A pass rate's 95% Wilson interval, and the paired difference from ar on the same prompts."""
+    passed = {(r.method, r.prompt_id): bool(getattr(r, check.field)["passed"]) for r in records
+              if getattr(r, check.field) is not None}
     ar = next((r["method"] for r in rows if r["kind"] == "ar"), None)
     for row in rows:
-        n = row.get("humaneval_n") or 0
+        n = row.get(check.n) or 0
         if not n:
             continue
-        k = round(row["pass_at_1"] * n)
-        row["pass_passed"] = k
-        row["pass_ci"] = list(wilson(k, n))
+        k = round(row[check.rate] * n)
+        row[f"{check.prefix}_passed"] = k
+        row[f"{check.prefix}_ci"] = list(wilson(k, n))
         if ar is None or row["method"] == ar:
             continue
         ids = sorted(p for m, p in passed if m == row["method"] and (ar, p) in passed)
         diff, lo, hi = paired_difference([passed[(row["method"], p)] for p in ids],
                                          [passed[(ar, p)] for p in ids])
-        row["pass_diff_vs_ar"] = diff
-        row["pass_diff_ci"] = [lo, hi]
+        row[f"{check.prefix}_diff_vs_ar"] = diff
+        row[f"{check.prefix}_diff_ci"] = [lo, hi]
 
 
 def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:

