@@ -281,7 +281,7 @@ def _rename_local(p: dict, src: str, tree: ast.Module) -> EditTask | None:
 def _type_hints(p: dict, src: str, tree: ast.Module) -> EditTask | None:
     """The code with every annotation taken out (imports kept), so every task asks for all."""
     text = _Text(src)
-    edits: list[tuple[int, int, str]] = []
+    edits: list[_Edit] = []
     for fn in (n for n in ast.walk(tree) if isinstance(n, _FUNCS)):
         edits += [(*text.span(a), a.arg) for a in _args(fn) if a.annotation is not None]
         if fn.returns is not None:
@@ -572,56 +572,52 @@ def edit_prompts(n: int = DEFAULT_TASKS, kinds: Sequence[str] = KINDS) -> list[B
 # ---------------------------------------------------------------------------- checks
 
 
-def _fail(failure: str, why: str) -> tuple[str, str]:
-    return failure, why
-
-
 def check_change(task: EditTask, code: str) -> tuple[str, str]:
     """("", "") when `code` parses and carries the task's change, else (failure, why)."""
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
-        return _fail("parse", f"did not parse: {exc.msg} (line {exc.lineno})")
+        return ("parse", f"did not parse: {exc.msg} (line {exc.lineno})")
     kind, old, new = task.kind, task.old, task.new
     fn = _function(tree, task.entry_point if kind == "rename_function" else task.function)
     if kind == "rename_function":
         if old in {n.id for n in _names(tree)} | {f.name for f in ast.walk(tree) if isinstance(f, _FUNCS)}:
-            return _fail("change", f"change not made: `{old}` is still used")
+            return ("change", f"change not made: `{old}` is still used")
         if fn is None:
-            return _fail("change", f"change not made: no function `{new}`")
+            return ("change", f"change not made: no function `{new}`")
         return "", ""
     if fn is None:
-        return _fail("change", f"change not made: no function `{task.function}`")
+        return ("change", f"change not made: no function `{task.function}`")
     if kind in ("rename_parameter", "rename_local"):
         if old in {n.id for n in _names(fn)} | {a.arg for a in _args(fn)}:
-            return _fail("change", f"change not made: `{old}` is still used in `{fn.name}`")
+            return ("change", f"change not made: `{old}` is still used in `{fn.name}`")
         present = ({a.arg for a in _args(fn)} if kind == "rename_parameter"
                    else {n.id for n in _names(fn) if isinstance(n.ctx, ast.Store)})
         if new not in present:
             what = "parameter" if kind == "rename_parameter" else "variable"
-            return _fail("change", f"change not made: `{fn.name}` has no {what} `{new}`")
+            return ("change", f"change not made: `{fn.name}` has no {what} `{new}`")
     elif kind == "type_hints":
         missing = [f"{f.name}({a.arg})" for f in ast.walk(tree) if isinstance(f, _FUNCS)
                    for a in _args(f) if a.annotation is None]
         missing += [f"{f.name} return" for f in ast.walk(tree) if isinstance(f, _FUNCS) and f.returns is None]
         if missing:
-            return _fail("change", "change not made: no type hint on " + ", ".join(missing[:4])
+            return ("change", "change not made: no type hint on " + ", ".join(missing[:4])
                          + (", ..." if len(missing) > 4 else ""))
     elif kind == "remove_docstring":
         if ast.get_docstring(fn) is not None:
-            return _fail("change", f"change not made: `{fn.name}` still has a docstring")
+            return ("change", f"change not made: `{fn.name}` still has a docstring")
     elif kind == "add_docstring":
         if not (ast.get_docstring(fn) or "").strip():
-            return _fail("change", f"change not made: `{fn.name}` has no docstring")
+            return ("change", f"change not made: `{fn.name}` has no docstring")
     elif kind == "fstring":
         left = [n for n in ast.walk(tree)
                 if (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and _is_str(n.left))
                 or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                     and n.func.attr == "format")]
         if left:
-            return _fail("change", f"change not made: `{ast.unparse(left[0])}` is still there")
+            return ("change", f"change not made: `{ast.unparse(left[0])}` is still there")
         if not any(isinstance(n, ast.JoinedStr) for n in ast.walk(tree)):
-            return _fail("change", "change not made: no f-string")
+            return ("change", "change not made: no f-string")
     return "", ""  # fix_bug: the tests decide
 
 
