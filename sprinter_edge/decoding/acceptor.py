@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .base import DecodeContext, Origin, Step
 from .proposers.base import Proposal
 
@@ -20,33 +22,37 @@ from .proposers.base import Proposal
 class Round:
     step: Step  # committed tokens with their origin
     accepted: int  # proposed untrusted tokens the target accepted
+    rows: np.ndarray | None = None  # with all_rows: the target's row predicting each proposed token
 
 
-def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal) -> Round:
+def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: bool = False) -> Round:
+    """One round. `all_rows`: the target also scores the trusted tokens (what the on-policy
+    collector labels them with); the decode is the same call with more logits rows."""
     tokens, trusted = proposal.tokens, proposal.trusted
     step: Step = [(t, Origin.KEPT) for t in tokens[:trusted]]
     if trusted and trusted == len(tokens):  # nothing to test (the budget ended the run)
         return Round(step, 0)
     sampler, stats = ctx.sampler, ctx.stats
     n_test = len(tokens) - trusted
-    out = ctx.target_step(seq + tokens, n_logits=n_test + 1)
+    n_rows = len(tokens) + 1 if all_rows else n_test + 1
+    out = ctx.target_step(seq + tokens, n_logits=n_rows)
+    logits = out.logits[n_rows - n_test - 1:]
     for i in range(n_test):
         j = trusted + i
         token, context = tokens[j], seq + tokens[:j]
-        p = sampler.prepare(out.logits[i], context)
+        p = sampler.prepare(logits[i], context)
         stats.sd_tests += 1
         ok, replacement = sampler.verify(token, p, proposal.q[j])
         if not ok:
             assert replacement is not None
-            ctx.record_target(out.logits[i], replacement)
+            ctx.record_target(logits[i], replacement)
             step.append((replacement, Origin.RESAMPLED))
-            return Round(step, i)
-        ctx.record_target(out.logits[i], token)
+            return Round(step, i, out.logits if all_rows else None)
+        ctx.record_target(logits[i], token)
         step.append((token, Origin.ACCEPTED))
-    if tokens and ctx.text_eog(tokens[-1]):
-        return Round(step, n_test)
-    row = out.logits[n_test]
-    bonus = sampler.draw(sampler.prepare(row, seq + tokens))
-    ctx.record_target(row, bonus)
-    step.append((bonus, Origin.BONUS if tokens else Origin.TARGET))
-    return Round(step, n_test)
+    if not (tokens and ctx.text_eog(tokens[-1])):
+        row = logits[n_test]
+        bonus = sampler.draw(sampler.prepare(row, seq + tokens))
+        ctx.record_target(row, bonus)
+        step.append((bonus, Origin.BONUS if tokens else Origin.TARGET))
+    return Round(step, n_test, out.logits if all_rows else None)

@@ -12,6 +12,7 @@ class DraftOnly(Strategy):
     needs_draft = True
     uses_draft = True
     needs_target = False
+    exact = False  # the draft's output, never checked
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         seq = list(prompt)

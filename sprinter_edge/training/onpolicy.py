@@ -4,7 +4,7 @@ The draft-greedy collection (`collect.prompt_record`) labels what the draft woul
 own; at run time a verifier sees something else: contexts where earlier flags put the
 target's token into the text, run positions and catch-up outcomes produced by its own
 decisions, and, when sampling, a token drawn at the user's temperature. Here each prompt is
-decoded exactly like `decoding.sprinter.Sprinter` with a behaviour verifier (the pair's
+decoded by SPRINTER's own proposer and acceptor (the speculative loop's) with a behaviour verifier (the pair's
 shipped one at its balanced threshold), at each temperature asked for, and every drafted
 token is kept with the features a verifier reads at that moment (`verifiers.base.
 DraftFeatures`, the same code the decoder calls) and what the target says of it:
@@ -30,6 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend.llama import LlamaModel
+from ..decoding.acceptor import accept
+from ..decoding.base import DecodeContext, Stats
+from ..decoding.proposers.draft import DraftProposer, VerifierRun
 from ..decoding.sampling import Sampler, SamplingParams, distribution
 from ..numerics import softmax
 from ..verifiers.base import DraftFeatures, Verifier
@@ -91,65 +94,32 @@ def _labels(drafted: _Drafted, target_logits: np.ndarray, params: SamplingParams
 
 def trajectory(draft: LlamaModel, target: LlamaModel, prompt: list[int], params: SamplingParams,
                behaviour: Behaviour, max_new: int) -> list[dict[str, object]]:
-    """Decode like SPRINTER for up to max_new tokens; every drafted token with its labels."""
-    sampler = Sampler(params)
-    temperature = 0.0 if params.greedy else params.temperature
+    """Decode like SPRINTER for up to max_new tokens; every drafted token with its labels.
+
+    It runs the decoder's own proposer and acceptor (decoding/proposers/draft.py VerifierRun,
+    decoding/acceptor.py); the only differences are that the target scores every row of each
+    catch-up (the labels) and the drafted tokens are recorded with what the verifier read."""
+    drafted: list[_Drafted] = []
+    rule = VerifierRun(behaviour.verifier, behaviour.threshold, behaviour.run_cap,
+                       on_drafted=lambda f, scored, passed: drafted.append(_Drafted(f, scored, passed)))
+    proposer = DraftProposer(rule)
+    ctx = DecodeContext(target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
+                        max_new_tokens=max_new)
     seq = list(prompt)
     out_rows: list[dict[str, object]] = []
-    since_flag, last_outcome, produced = 0, 0, 0
-    while produced < max_new:
-        pending: list[_Drafted] = []
-        run = 0
-        while True:  # mirrors Sprinter.run's drafting loop
-            out = draft.sync(seq, n_logits=1, hidden=True)
-            logits = out.logits[0]
-            q = sampler.prepare(logits)
-            token = sampler.draw(q)
-            assert out.hidden is not None
-            f = DraftFeatures(hidden=out.hidden[0].copy(), logits=logits, token=token,
-                              run_position=run, output_position=produced, temperature=temperature,
-                              since_flag=since_flag, last_outcome=last_outcome)
-            at_cap = run + 1 >= behaviour.run_cap
-            d = _Drafted(f, scored=not (at_cap or draft.is_eog(token)))
-            pending.append(d)
-            if d.scored:
-                if behaviour.verifier.score(f) >= behaviour.threshold:
-                    d.passed = True
-                    seq.append(token)
-                    run += 1
-                    since_flag += 1
-                    produced += 1
-                    if produced >= max_new:
-                        break
-                    continue
-                since_flag = 0
-            else:
-                since_flag += 1
-            break
-        if d.passed:  # budget reached inside a run: label the kept tokens, no test
-            rows = target.sync(seq, n_logits=run + 1).logits
-            out_rows += [_row(p, rows[i], params) for i, p in enumerate(pending)]
-            break
-        # Catch-up: rows[i] predicts pending[i]; the last row gives the bonus token.
-        rows = target.sync(seq + [token], n_logits=run + 2).logits
-        out_rows += [_row(p, rows[i], params) for i, p in enumerate(pending)]
-        ok, replacement = sampler.verify(token, sampler.prepare(rows[run]), q)
-        last_outcome = 1 if ok else 2
-        if not ok:
-            assert replacement is not None
-            seq.append(replacement)
-            produced += 1
-            if target.is_eog(replacement):
-                break
-            continue
-        seq.append(token)
-        produced += 1
-        if draft.is_eog(token):
-            break
-        bonus = sampler.draw(sampler.prepare(rows[run + 1]))
-        seq.append(bonus)
-        produced += 1
-        if target.is_eog(bonus):
+    proposer.begin(ctx, seq)
+    while ctx.produced < max_new:
+        drafted.clear()
+        proposal = proposer.propose(ctx, seq)
+        done = accept(ctx, seq, proposal, all_rows=True)
+        rows = done.rows  # rows[i] predicts proposal.tokens[i]
+        if rows is None:  # budget reached inside a run: label the kept tokens, no test
+            rows = target.sync(seq + proposal.tokens, n_logits=len(proposal)).logits
+        out_rows += [_row(d, rows[i], params) for i, d in enumerate(drafted)]
+        proposer.feedback(ctx, proposal, done.accepted)
+        seq.extend(t for t, _ in done.step)
+        ctx.produced += len(done.step)
+        if any(target.is_eog(t) for t, _ in done.step):
             break
     return out_rows
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,53 +70,60 @@ class Confidence(StopRule):
 @dataclass
 class VerifierRun(StopRule):
     """SPRINTER's rule. The run history (tokens since the last flag, the last catch-up's
-    outcome) is a feature some verifiers read."""
+    outcome) is a feature some verifiers read. `on_drafted(features, scored, passed)` sees every
+    drafted token with what the verifier read (the on-policy collector records them)."""
 
     verifier: Verifier
     threshold: float
     run_cap: int | None = 20
     verify_eog: bool = True
+    on_drafted: Callable[[DraftFeatures, bool, bool], None] | None = None
     exact = False
 
     def __post_init__(self) -> None:
-        self.needs_hidden = self.verifier.needs_hidden
+        self.needs_hidden = self.verifier.needs_hidden or self.on_drafted is not None
         self.begin()
 
-    def begin(self) -> None:  # noqa: B027 (optional hook)
+    def begin(self) -> None:
         self.since_flag = 0
         self.last_outcome = 0  # 0 none yet, 1 accepted, 2 rejected
         self._passed = 0
 
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
-        stats = ctx.stats
+        stats, sampler = ctx.stats, ctx.sampler
         run = drafted - 1  # tokens passed before this one
-        if self.run_cap is not None and drafted >= self.run_cap:
-            stats.cap_hits += 1
-        elif self.verify_eog and ctx.text_eog(token):
-            stats.eog_checks += 1
-        else:
-            sampler = ctx.sampler
-            t0 = time.perf_counter()
-            score = self.verifier.score(DraftFeatures(
+        at_cap = self.run_cap is not None and drafted >= self.run_cap
+        scored = not at_cap and not (self.verify_eog and ctx.text_eog(token))
+        features = None
+        if scored or self.on_drafted is not None:
+            features = DraftFeatures(
                 hidden=out.hidden[0] if out.hidden is not None else None,
-                logits=out.logits[0], token=token, run_position=run,
-                output_position=ctx.produced + run,
+                logits=out.logits[0], token=token, run_position=run, output_position=ctx.produced + run,
                 temperature=0.0 if sampler.params.greedy else sampler.params.temperature,
-                since_flag=self.since_flag, last_outcome=self.last_outcome,
-            ))
+                since_flag=self.since_flag, last_outcome=self.last_outcome)
+        passed = False
+        if scored:
+            assert features is not None
+            t0 = time.perf_counter()
+            passed = self.verifier.score(features) >= self.threshold
             stats.verifier_seconds += time.perf_counter() - t0
-            if score >= self.threshold:
+            if passed:
                 self.since_flag += 1
-                if drafted >= ctx.remaining:  # the budget ends inside the run: all trusted
-                    self._passed = drafted
-                    return STOP
-                return CONTINUE
-            stats.flags += 1
-            self.since_flag = 0
-            self._passed = drafted - 1
-            return STOP
-        self.since_flag += 1
-        self._passed = drafted - 1
+            else:
+                stats.flags += 1
+                self.since_flag = 0
+        else:
+            self.since_flag += 1
+            if at_cap:
+                stats.cap_hits += 1
+            else:
+                stats.eog_checks += 1
+        if self.on_drafted is not None:
+            assert features is not None
+            self.on_drafted(features, scored, passed)
+        if passed and drafted < ctx.remaining:
+            return CONTINUE
+        self._passed = drafted if passed else drafted - 1  # all passed: the budget ended the run
         return STOP
 
     def trusted(self, drafted: int) -> int:
