@@ -124,3 +124,25 @@ def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> 
         proposed += result.stats.lookup_tokens
     assert proposed >= n  # proposals were made and tested
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
+
+
+def test_copy_guard_never_keeps_a_copied_token(fixture_engine: Engine) -> None:
+    """`guarded` with a verifier that passes everything: every token it keeps without the target
+    is one that does NOT continue a verbatim span; the copies all went to the target."""
+    from sprinter_edge.decoding.base import Origin
+    from sprinter_edge.verifiers.simple import NeverFlag
+
+    engine = fixture_engine
+    prompt = engine.encode(COPY)
+    result = engine.generate(prompt, SamplingParams(max_tokens=48), method="guarded", verifier=NeverFlag())
+    assert not result.stats.exact and result.stats.flags > 0
+    index = SuffixIndex()
+    kept = 0
+    for i, (token, origin) in enumerate(zip(result.token_ids, result.origins, strict=True)):
+        index.extend(prompt + result.token_ids[:i])
+        match, end = index.match()
+        if origin is Origin.KEPT:
+            kept += 1
+            assert not (match and end < len(index.seq) and index.seq[end] == token), i
+    plain = engine.generate(prompt, SamplingParams(max_tokens=48), method="sprinter", verifier=NeverFlag())
+    assert plain.stats.kept > kept  # without the guard the copies are kept unchecked

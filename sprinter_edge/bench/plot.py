@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _COLORS = {"ar": "black", "auto": "tab:brown", "sd": "tab:blue", "sprinter": "tab:red",
+           "guarded": "tab:pink", "lookup": "lime", "staged": "gold",
            "oracle": "tab:purple", "draft": "tab:gray", "llama-cpp": "tab:green",
            "llama-cpp-draft": "tab:olive", "llama-cpp-lookup": "tab:cyan",
            "llama-server": "darkgreen", "llama-server-draft": "darkolivegreen",

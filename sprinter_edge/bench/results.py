@@ -157,10 +157,10 @@ def plan(engine: Engine, config: BenchConfig,
             methods = [m for m in methods if m not in SERVER_METHODS]
     presets: list[str] = []
     verifiers = ({v: resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers}
-                 if "sprinter" in methods and len(config.verifiers) > 1 else {})
+                 if set(runner.SWEPT) & set(methods) and len(config.verifiers) > 1 else {})
     if config.thresholds is None:  # the verifier's named presets, resolved per prompt
         thresholds = []
-        if "sprinter" in methods:
+        if set(runner.SWEPT) & set(methods):
             vers = list(verifiers.values()) or [engine.verifier]
             presets = [p for p in config.presets if all(p in v.presets for v in vers)]
     else:

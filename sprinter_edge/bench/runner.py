@@ -28,7 +28,8 @@ from .prompts import BenchPrompt
 
 log = logging.getLogger(__name__)
 
-ENGINE_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "oracle", "draft")
+ENGINE_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "guarded", "oracle", "draft")
+SWEPT = ("sprinter", "guarded")  # approximate methods: one row per threshold or preset
 LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
 PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
@@ -66,17 +67,17 @@ def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
     for name in names:
         if name not in ALL_METHODS:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
-        if name != "sprinter":
+        if name not in SWEPT:
             specs.append(MethodSpec(name, name))
             continue
         for v in (verifiers if len(verifiers) > 1 else [None]):
             tag = f"[{v}]" if v else ""
             if thresholds:
-                specs += [MethodSpec(f"sprinter@{t:g}{tag}", "sprinter", t, verifier=v) for t in thresholds]
+                specs += [MethodSpec(f"{name}@{t:g}{tag}", name, t, verifier=v) for t in thresholds]
             elif presets:
-                specs += [MethodSpec(f"sprinter:{p}{tag}", "sprinter", preset=p, verifier=v) for p in presets]
+                specs += [MethodSpec(f"{name}:{p}{tag}", name, preset=p, verifier=v) for p in presets]
             else:
-                specs.append(MethodSpec(f"sprinter{tag}", "sprinter", verifier=v))
+                specs.append(MethodSpec(f"{name}{tag}", name, verifier=v))
     if not any(s.kind == "ar" for s in specs):
         specs.insert(0, MethodSpec("ar", "ar"))  # the reference every ratio needs
     return specs

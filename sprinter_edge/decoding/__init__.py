@@ -7,6 +7,7 @@ from .ar import Autoregressive
 from .auto import Auto
 from .base import DecodeContext, Origin, Stats, Strategy
 from .draft import DraftOnly
+from .guarded import Guarded
 from .lookup import Lookup
 from .sampling import Sampler, SamplingParams
 from .sd import Speculative
@@ -15,7 +16,7 @@ from .staged import Staged
 from .stream import Chunk, Generation, GenerationResult
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (Auto, Autoregressive, Speculative, Lookup, Staged, Sprinter, DraftOnly)
+    cls.name: cls for cls in (Auto, Autoregressive, Speculative, Lookup, Staged, Sprinter, Guarded, DraftOnly)
 }
 METHODS = tuple(STRATEGIES)
 

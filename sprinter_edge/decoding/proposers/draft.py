@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ...numerics import confidence
 from ...verifiers.base import DraftFeatures, Verifier
 from .base import Prepared, Proposal, Proposer
+from .lookup import SuffixIndex
 
 if TYPE_CHECKING:
     from ...backend.llama import DecodeOutput
@@ -36,8 +37,10 @@ class StopRule(ABC):
         """A new reply starts."""
 
     @abstractmethod
-    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
-        """CONTINUE, STOP (propose what is drafted) or DROP_AND_STOP (not the last token)."""
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
+              context: list[int]) -> int:
+        """CONTINUE, STOP (propose what is drafted) or DROP_AND_STOP (not the last token).
+        `context` is the committed sequence and the drafted tokens, `token` last."""
 
     def trusted(self, drafted: int) -> int:
         return 0
@@ -50,7 +53,8 @@ class StopRule(ABC):
 class FixedLength(StopRule):
     k: int = 4
 
-    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
+              context: list[int]) -> int:
         return STOP if drafted >= min(self.k, max(1, ctx.remaining)) or ctx.text_eog(token) else CONTINUE
 
 
@@ -59,7 +63,8 @@ class Confidence(StopRule):
     p_min: float = 0.75
     n_max: int = 16
 
-    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
+              context: list[int]) -> int:
         if drafted > 1 and confidence(out.logits[0])[0] < self.p_min:
             return DROP_AND_STOP
         if drafted >= min(self.n_max, max(1, ctx.remaining)) or ctx.text_eog(token):
@@ -89,7 +94,8 @@ class VerifierRun(StopRule):
         self.last_outcome = 0  # 0 none yet, 1 accepted, 2 rejected
         self._passed = 0
 
-    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int) -> int:
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
+              context: list[int]) -> int:
         stats, sampler = ctx.stats, ctx.sampler
         run = drafted - 1  # tokens passed before this one
         at_cap = self.run_cap is not None and drafted >= self.run_cap
@@ -133,6 +139,33 @@ class VerifierRun(StopRule):
         self.last_outcome = 1 if accepted else 2
 
 
+class CopyGuard(VerifierRun):
+    """SPRINTER whose copies always go to the target: a drafted token that continues a verbatim
+    span of the prompt or the reply (the lookup matcher's continuation, a match of at least 3
+    tokens) is flagged whatever the verifier says. In an edit the draft copies the input with
+    high confidence exactly where the target changes it; this sends those tokens to the test."""
+
+    def begin(self) -> None:
+        super().begin()
+        self.index = SuffixIndex()
+        self.guarded = 0
+
+    def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
+              context: list[int]) -> int:
+        decision = super().after(ctx, out, token, drafted, context)
+        if decision != CONTINUE:
+            return decision
+        self.index.extend(context[:-1])
+        match, end = self.index.match()
+        if match and end < len(self.index.seq) and self.index.seq[end] == token:
+            self.guarded += 1
+            ctx.stats.flags += 1
+            self.since_flag = 0
+            self._passed = drafted - 1
+            return STOP
+        return CONTINUE
+
+
 class DraftProposer(Proposer):
     name = "draft"
     uses_draft = True
@@ -155,7 +188,7 @@ class DraftProposer(Proposer):
             token = sampler.draw(q)
             tokens.append(token)
             qs.append(q)
-            decision = self.rule.after(ctx, out, token, len(tokens))
+            decision = self.rule.after(ctx, out, token, len(tokens), context + [token])
             if decision == CONTINUE:
                 continue
             if decision == DROP_AND_STOP:

@@ -1,0 +1,18 @@
+"""`guarded`: SPRINTER with a copy guard. Tokens the draft copies from the prompt or the reply
+so far always go to the target (the edit points SPRINTER passes); the rest is SPRINTER as it is.
+Approximate, like `sprinter`: the verifier's passed tokens are never seen by the target."""
+
+from __future__ import annotations
+
+from .base import DecodeContext
+from .proposers.base import Proposer
+from .proposers.draft import CopyGuard, DraftProposer
+from .sprinter import Sprinter
+
+
+class Guarded(Sprinter):
+    name = "guarded"
+
+    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+        assert ctx.verifier is not None
+        return DraftProposer(CopyGuard(ctx.verifier, ctx.threshold, ctx.run_cap, ctx.verify_eog))
