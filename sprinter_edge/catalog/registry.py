@@ -124,6 +124,33 @@ def _parse_acceptance(pair: str, data: dict | None) -> Acceptance | None:
 
 
 @dataclass(frozen=True)
+class TaskLoss:
+    """A SPRINTER preset's measured task-level loss against `ar`: pass-rate points (paired 95%
+    interval) on `n` held-out problems of a benchmark."""
+
+    points: float
+    low: float
+    high: float
+    n: int
+
+    def describe(self) -> str:
+        return f"{self.points:+.1f} points [{self.low:+.1f}, {self.high:+.1f}] ({self.n})"
+
+
+def _parse_task_quality(pair: str, data: dict | None) -> dict[str, dict[str, TaskLoss]]:
+    """preset -> benchmark (humaneval | edits) -> its loss, from `[pairs.X.task_quality]`."""
+    out: dict[str, dict[str, TaskLoss]] = {}
+    for preset, benches in (data or {}).items():
+        try:
+            out[preset] = {b: TaskLoss(float(v[0]), float(v[1]), float(v[2]), int(v[3]))
+                           for b, v in benches.items() if b != "source"}
+        except (TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise RegistryError(f"pair {pair!r}: malformed task_quality for {preset!r} ({exc}); "
+                                "each benchmark needs [points, low, high, n]") from None
+    return out
+
+
+@dataclass(frozen=True)
 class PairSpec:
     name: str
     draft: ModelSpec
@@ -133,6 +160,8 @@ class PairSpec:
     verifier: str | None = None  # path relative to models/
     is_default: bool = False
     acceptance: Acceptance | None = None
+    # SPRINTER presets' measured pass-rate loss vs ar per benchmark (what a preset may promise)
+    task_quality: dict[str, dict[str, TaskLoss]] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
     def verifier_path(self) -> Path | None:
@@ -256,6 +285,7 @@ def parse_registry(data: dict) -> Registry:
                 verifier=p.get("verifier"),
                 is_default=name == default,
                 acceptance=_parse_acceptance(name, p.get("acceptance")),
+                task_quality=_parse_task_quality(name, p.get("task_quality")),
             )
     except KeyError as exc:
         raise RegistryError(f"malformed registry: missing key {exc}") from None

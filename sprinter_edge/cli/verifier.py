@@ -280,8 +280,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..verifiers.onnx import OnnxVerifier
 
     path = args.file
+    task_quality: dict = {}
     if path is None:
-        path = load_registry().pair(args.pair).verifier_path()
+        pair = load_registry().pair(args.pair)
+        path, task_quality = pair.verifier_path(), pair.task_quality
         if path is None:
             raise SprinterError(f"pair {args.pair!r} ships no verifier; pass a file")
     ver = OnnxVerifier(path)
@@ -299,7 +301,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     row = row_at(table, chosen)
     if args.json:
         print(json.dumps({"threshold": chosen, "row": row.__dict__, "tv_pq": ver.tv_pq,
-                          "presets": ver.presets, "table": [r.__dict__ for r in table]}))
+                          "presets": ver.presets, "table": [r.__dict__ for r in table],
+                          "task_quality": {p: {b: loss.__dict__ for b, loss in benches.items()}
+                                           for p, benches in task_quality.items()}}))
         return 0
     print(f"verifier {path} ({ver.metadata.get('sprinter.model', '?')}, label {ver.label_rule}, "
           f"layout {'+'.join(ver.layout)})")
@@ -312,6 +316,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"{r.threshold:9.2f} {r.flag_rate:9.3f} {r.eta_fp:7.3f} {r.false_flag_rate:10.3f} "
               f"{r.accuracy:8.3f} {_opt(r.drift_greedy):>12} {_opt(r.drift_t1):>9}")
     print("presets: " + ", ".join(f"{k}={v:g}" for k, v in ver.presets.items()))
+    if task_quality:
+        print("task-level loss vs ar (pass-rate points, paired 95% interval, problems), measured end "
+              "to end at greedy decoding (models/pairs.toml task_quality):")
+        for preset, benches in task_quality.items():
+            print(f"  {preset:9} " + "; ".join(f"{b} {loss.describe()}" for b, loss in benches.items()))
+    elif args.file is None:
+        print("task-level loss: not measured for this pair (run sprinter-edge bench --edits 80 "
+              "--humaneval 80 --thresholds presets)")
     print(f"threshold ({why}): {chosen:g}  -> flag rate {row.flag_rate:.3f}, eta_FP {row.eta_fp:.3f}")
     print(drift_line(row, ver.tv_pq))
     return 0

@@ -94,7 +94,12 @@ def staged_cost(a: float, k: int, target: CostTable, draft: CostTable) -> float:
     agreed = a * (1 - a ** k) / (1 - a)  # expected agreed prefix length
     verified = agreed + (1 if agreed < k else 0) + 1
     tokens = expected_tokens(a, k)
-    return (draft.all_rows(k + 1) + target.cost(verified, verified)) / tokens
+    return (draft.all_rows(k + 1) + target.all_rows(round(verified))) / tokens
+
+
+def best_staged_length(a: float, max_k: int, target: CostTable, draft: CostTable) -> tuple[int, float]:
+    """(k, ms per token) of the cheapest staged span of at most max_k tokens."""
+    return min(((k, staged_cost(a, k, target, draft)) for k in range(1, max_k + 1)), key=lambda x: x[1])
 
 
 class SuffixIndex:
@@ -168,13 +173,13 @@ class PromptLookup(Proposer):
         k, direct_ms = best_length(a, len(follow), planner.target)
         stage = self.stage
         if stage is not False and ctx.draft is not None and planner.draft is not None:
-            staged_ms = staged_cost(a, len(follow), planner.target, planner.draft)
+            k_staged, staged_ms = best_staged_length(a, len(follow), planner.target, planner.draft)
             if stage is None:
                 stage = staged_ms < direct_ms and staged_ms < planner.target.cost(1)
         else:
             stage = False
         if stage:
-            return self._staged(ctx, seq, follow)
+            return self._staged(ctx, seq, follow[:k_staged])
         if k == 0:
             return Proposal()
         tokens = list(follow[:k])
