@@ -394,3 +394,17 @@ def test_pull_derives_what_the_pair_needs(hub_env, fixture_target_path: Path,  #
     assert listed["path"] == str(derived)
     r = _cli(["models"], env)
     assert str(derived) in r.stdout and "derived from tiny-target by Q4_0/head Q4_0" in r.stdout
+
+
+def test_task_quality_of_presets_is_parsed_and_checked() -> None:
+    from sprinter_edge.catalog.registry import _parse_task_quality
+    from sprinter_edge.errors import RegistryError
+
+    parsed = _parse_task_quality("p", {"quality": {"humaneval": [-2.5, -11.2, 6.2, 80], "source": "x"}})
+    loss = parsed["quality"]["humaneval"]
+    assert (loss.points, loss.low, loss.high, loss.n) == (-2.5, -11.2, 6.2, 80)
+    assert loss.describe() == "-2.5 points [-11.2, +6.2] (80)"
+    with pytest.raises(RegistryError, match="task_quality"):
+        _parse_task_quality("p", {"fast": {"edits": [1.0]}})
+    # the shipped registry parses, and its default pair says what its presets keep
+    assert load_registry().pair("default").task_quality is not None
