@@ -9,11 +9,13 @@ from .base import DecodeContext, Origin, Step, Strategy
 
 class Autoregressive(Strategy):
     name = "ar"
+    exact = True
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         seq = list(prompt)
         while True:
-            out = ctx.target_step(seq)
-            token = ctx.sampler.draw(ctx.sampler.prepare(out.logits[0]))
+            row = ctx.target_step(seq).logits[0]
+            token = ctx.sampler.draw(ctx.sampler.prepare(row, seq))
+            ctx.record_target(row, token)
             seq.append(token)
             yield [(token, Origin.TARGET)]

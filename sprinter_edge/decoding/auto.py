@@ -33,6 +33,10 @@ class Auto(Strategy):
     def __init__(self) -> None:
         self.plan: Plan | None = None
 
+    def scores_every_token(self, ctx: DecodeContext) -> bool:
+        """Exact unless it may run sprinter (a draft, and a planner that considers it)."""
+        return ctx.draft is None or (ctx.planner is not None and not ctx.planner.use_sprinter)
+
     def target_rows(self, n_tokens: float) -> float:
         return n_tokens if self.plan is not None and self.plan.method == "sd" else 2.0
 

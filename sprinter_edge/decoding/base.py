@@ -13,10 +13,13 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
+import numpy as np
+
 from ..backend.llama import DecodeOutput, LlamaModel
+from ..numerics import token_logprobs
 from ..planning.planner import Planner
 from ..verifiers.base import Verifier
 from .sampling import Sampler
@@ -34,6 +37,17 @@ class Origin(str, Enum):
 
 
 Step = list[tuple[int, Origin]]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A committed token's log-probability under the target, and the most likely tokens
+    (token id, log-probability; most likely first) at that position: the log-softmax of the
+    target's logits row after the repetition penalties, before temperature, top-k and top-p."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -136,6 +150,23 @@ class DecodeContext:
     verify_eog: bool = True  # sprinter: end-of-generation tokens always go to the target
     produced: int = 0  # tokens committed so far (kept up to date by the driver)
     planner: Planner | None = None  # auto: shared across the engine's replies
+    # one entry per committed token, in order, when sampler.params.logprobs is not None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    _scored: list[int] | None = None  # prompt + the tokens recorded so far
+
+    def record_target(self, row: np.ndarray, token: int) -> None:
+        """Every strategy that logprobs may be asked of calls this for each committed token
+        (accepted, resampled, bonus, sampled), in order, with the target's logits row that
+        scored it. A no-op unless logprobs are on."""
+        k = self.sampler.params.logprobs
+        if k is None:
+            return
+        if self._scored is None:
+            self._scored = list(self.sampler.prompt or ())
+        row = self.sampler.penalise(row, self._scored)
+        logprob, top = token_logprobs(row, token, k)
+        self.logprobs.append(TokenLogprob(token, logprob, tuple(top)))
+        self._scored.append(token)
 
     @property
     def remaining(self) -> int:
@@ -168,6 +199,7 @@ class Strategy(ABC):
     needs_target: bool = True
     needs_verifier: bool = False  # scores draft tokens (when a draft runs)
     needs_planner: bool = False  # chooses its plan from this machine's measured costs
+    exact: bool = False  # every committed token is scored by the target (record_target)
 
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """The models that read the prompt before the first step (the driver times it)."""
@@ -176,6 +208,11 @@ class Strategy(ABC):
     def target_rows(self, n_tokens: float) -> float:
         """Logits rows one target call of n tokens asks for (the cost model prices them)."""
         return 1.0
+
+    def scores_every_token(self, ctx: DecodeContext) -> bool:
+        """Whether the target scores every token this strategy may commit with `ctx` (what
+        logprobs need)."""
+        return self.exact
 
     @abstractmethod
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:

@@ -16,6 +16,7 @@ class Speculative(Strategy):
     name = "sd"
     needs_draft = True
     uses_draft = True
+    exact = True
 
     def target_rows(self, n_tokens: float) -> float:
         return n_tokens  # every drafted token plus the bonus row
@@ -29,7 +30,8 @@ class Speculative(Strategy):
             drafted: list[int] = []
             qs = []
             for _ in range(k):
-                q = sampler.prepare(ctx.draft_step(seq + drafted).logits[0])
+                context = seq + drafted
+                q = sampler.prepare(ctx.draft_step(context).logits[0], context)
                 token = sampler.draw(q)
                 drafted.append(token)
                 qs.append(q)
@@ -37,18 +39,27 @@ class Speculative(Strategy):
                     break
             stats.draft_tokens += len(drafted)
 
-            out = ctx.target_step(seq + drafted, n_logits=len(drafted) + 1)
+            full = seq + drafted
+            out = ctx.target_step(full, n_logits=len(drafted) + 1)
             step: Step = []
+            # the target's row i scores the token after seq + drafted[:i], as the draft's did
             for i, token in enumerate(drafted):
                 stats.sd_tests += 1
-                ok, replacement = sampler.verify(token, sampler.prepare(out.logits[i]), qs[i])
+                row = out.logits[i]
+                p = sampler.prepare(row, full[:len(seq) + i])
+                ok, replacement = sampler.verify(token, p, qs[i])
                 if not ok:
+                    assert replacement is not None
+                    ctx.record_target(row, replacement)
                     step.append((replacement, Origin.RESAMPLED))
                     break
+                ctx.record_target(row, token)
                 step.append((token, Origin.ACCEPTED))
             else:
                 if not ctx.draft.is_eog(drafted[-1]):
-                    bonus = sampler.draw(sampler.prepare(out.logits[len(drafted)]))
+                    row = out.logits[len(drafted)]
+                    bonus = sampler.draw(sampler.prepare(row, full))
+                    ctx.record_target(row, bonus)
                     step.append((bonus, Origin.BONUS))
             seq.extend(t for t, _ in step)
             yield step

@@ -59,7 +59,7 @@ class Sprinter(Strategy):
             while True:  # draft until a token is flagged
                 out = ctx.draft_step(seq, hidden=verifier.needs_hidden)
                 logits = out.logits[0]
-                q = sampler.prepare(logits)
+                q = sampler.prepare(logits, seq)
                 token = sampler.draw(q)
                 stats.draft_tokens += 1
                 at_cap = ctx.run_cap is not None and run + 1 >= ctx.run_cap
@@ -92,7 +92,7 @@ class Sprinter(Strategy):
             # Catch-up: pending tokens + the flagged one, one target decode, last two rows.
             out = ctx.target_step(seq + [token], n_logits=2)
             stats.sd_tests += 1
-            ok, replacement = sampler.verify(token, sampler.prepare(out.logits[0]), q)
+            ok, replacement = sampler.verify(token, sampler.prepare(out.logits[0], seq), q)
             last_outcome = 1 if ok else 2
             if not ok:
                 seq.append(replacement)
@@ -100,6 +100,7 @@ class Sprinter(Strategy):
                 continue
             step: Step = [(token, Origin.ACCEPTED)]
             if not draft.is_eog(token):
-                step.append((sampler.draw(sampler.prepare(out.logits[1])), Origin.BONUS))
+                step.append((sampler.draw(sampler.prepare(out.logits[1], seq + [token])),
+                             Origin.BONUS))
             seq.extend(t for t, _ in step)
             yield step
