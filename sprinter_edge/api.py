@@ -308,6 +308,11 @@ class Engine:
             ctx.stats.threshold = ctx.threshold
         if strategy.needs_planner:
             ctx.planner = self.planner()
+        if params.logprobs is not None and not strategy.scores_every_token(ctx):
+            raise SettingsError(
+                f"logprobs need an exact method (auto without an operating point, ar, sd, lookup or "
+                f"staged): {strategy.name!r} commits tokens the target never scores"
+                + (" (it may run sprinter at the operating point given)" if strategy.name == "auto" else ""))
         return Generation(strategy, ctx, tokens, stop=params.stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
 

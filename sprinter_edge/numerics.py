@@ -48,6 +48,24 @@ def _shifted_stats(z: np.ndarray, e: np.ndarray) -> tuple[float, float, float]:
     return 1.0 / s, float(np.log(s) - float(e.sum()) / s), s
 
 
+def token_logprobs(logits: np.ndarray, token: int, top: int = 0) -> tuple[float, list[tuple[int, float]]]:
+    """log softmax(logits)[token], and the `top` most likely tokens with theirs (most likely
+    first, ties by token id): one float32 exponential pass over the row, plus a partial sort
+    when top > 0."""
+    x = np.asarray(logits, dtype=np.float32)
+    z, e = _buffers(x.shape[0])
+    np.subtract(x, x.max(), out=z)
+    np.exp(z, out=e)
+    lse = float(np.log(float(e.sum())))
+    chosen = float(z[token]) - lse
+    if top <= 0:
+        return chosen, []
+    top = min(top, x.shape[0])
+    idx = np.argpartition(z, x.shape[0] - top)[x.shape[0] - top:]
+    idx = idx[np.lexsort((idx, -z[idx]))]
+    return chosen, [(int(i), float(z[i]) - lse) for i in idx]
+
+
 def total_variation(p: np.ndarray, q: np.ndarray) -> float:
     """TV(p, q) = 1/2 sum |p - q| of two probability vectors."""
     return 0.5 * float(np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64)).sum())

@@ -318,3 +318,147 @@ def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> 
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, (counts, exact)
     assert stats.binomtest(kept, kept + flags, a).pvalue > ALPHA, (kept, flags)  # the pass rate
     assert min(seen[o] for o in (Origin.ACCEPTED, Origin.RESAMPLED, Origin.BONUS)) >= 20, seen
+
+
+# ---------------------------------------------------------------------------- penalties
+
+PENALTIES = dict(presence_penalty=0.6, frequency_penalty=0.4, repeat_penalty=1.3, repeat_last_n=16)
+
+
+def _penalised_dist(model: LlamaModel, context: list[int], prompt_len: int,
+                    params: SamplingParams) -> np.ndarray:
+    """The target's next-token distribution after the penalties, computed here from their
+    definition (tests/test_sampling.py::_penalised_reference), not with the package's counts."""
+    from test_sampling import _penalised_reference
+
+    row = model.sync(context, n_logits=1).logits[0]
+    z = _penalised_reference(row, context, prompt_len, params)
+    if params.greedy:
+        out = np.zeros_like(z)
+        out[int(np.argmax(z))] = 1.0
+        return out
+    return distribution(z, params)
+
+
+@pytest.mark.parametrize("penalties", [
+    PENALTIES, dict(presence_penalty=1.5, frequency_penalty=0.5), dict(repeat_penalty=1.3)])
+def test_greedy_penalties_sd_equals_ar_equals_a_step_by_step_reference(
+        fixture_engine: Engine, penalties: dict) -> None:
+    """Greedy with penalties: `ar` takes the argmax of the penalised row at every step (the
+    reference recomputes it one position at a time), and `sd`, which penalises the draft's and
+    the target's rows with the same context, commits exactly the same tokens."""
+    engine = fixture_engine
+    params = SamplingParams(max_tokens=20, **penalties)
+    changed = 0
+    for text in GREEDY_PROMPTS:
+        prompt = engine.encode(text, chat=False)
+        ar = engine.generate(prompt, params, method="ar")
+        ref: list[int] = []
+        while len(ref) < params.max_tokens:
+            z = _penalised_dist(engine.target, prompt + ref, len(prompt), params)
+            ref.append(int(np.argmax(z)))
+            if engine.target.is_eog(ref[-1]):
+                ref.pop()
+                break
+        assert ar.token_ids == ref, text
+        for draft_len in (4, 2):
+            gen = engine.stream(prompt, params, method="sd")
+            gen.ctx.draft_len = draft_len
+            sd = gen.consume()
+            assert sd.token_ids == ar.token_ids, (text, draft_len)
+            assert sd.stats.accepted + sd.stats.resampled > 0
+        plain = engine.generate(prompt, params.replace(**dict.fromkeys(
+            ("presence_penalty", "frequency_penalty"), 0.0), repeat_penalty=1.0), method="ar")
+        changed += plain.token_ids != ar.token_ids
+    assert changed >= 2, "the penalties should change most of these greedy replies"
+
+
+@pytest.mark.parametrize("penalties", [
+    dict(presence_penalty=2.0, frequency_penalty=1.5), dict(repeat_penalty=1.5, repeat_last_n=8)])
+def test_sd_joint_distribution_with_penalties_matches_the_penalised_target(
+        fixture_engine: Engine, penalties: dict) -> None:
+    """Sampled with penalties, the first three `sd` tokens (k = 2: acceptances, residual draws
+    at either position, bonus tokens) follow the penalised target's joint distribution,
+    computed exactly from the penalties' definition; the penalties move that distribution far
+    from the unpenalised one, so a sampler that ignored them would fail here. (One penalty at
+    a time: the repeat penalty on this prompt suppresses the repeats within three tokens that
+    the presence and frequency penalties act on.)"""
+    engine = fixture_engine
+    params = SamplingParams(temperature=1.0, top_k=3, max_tokens=3, **penalties)
+    prompt = engine.encode("red, red, red, red,", chat=False)
+
+    def joint(p: SamplingParams) -> dict[tuple[Hashable, ...], float]:
+        out: dict[tuple[Hashable, ...], float] = {(): 1.0}
+        for _ in range(3):
+            grown: dict[tuple[Hashable, ...], float] = {}
+            for path, weight in out.items():
+                if path and path[-1] == EOG:
+                    grown[path] = weight
+                    continue
+                dist = _penalised_dist(engine.target, prompt + list(path), len(prompt), p)  # type: ignore[arg-type]
+                for x in np.flatnonzero(dist):
+                    cell = path + ((EOG,) if engine.target.is_eog(int(x)) else (int(x),))
+                    grown[cell] = grown.get(cell, 0.0) + weight * dist[x]
+            out = grown
+        return out
+
+    exact = joint(params)
+    plain = joint(params.replace(presence_penalty=0.0, frequency_penalty=0.0, repeat_penalty=1.0))
+    tv = 0.5 * sum(abs(exact.get(c, 0.0) - plain.get(c, 0.0)) for c in set(exact) | set(plain))
+    assert tv > 0.25, tv
+    n = 300
+    counts: Counter = Counter()
+    seen: Counter = Counter()
+    for seed in range(n):
+        gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
+        gen.ctx.draft_len = 2
+        result = gen.consume()
+        counts[_cell(result)] += 1
+        seen.update(result.origins)
+    assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
+    assert seen[Origin.RESAMPLED] >= 20 and seen[Origin.ACCEPTED] >= 20, seen
+
+
+# ---------------------------------------------------------------------------- logprobs
+
+
+def test_logprobs_are_the_targets_and_stay_aligned_with_the_tokens(fixture_engine: Engine) -> None:
+    """`ar` and `sd` report, for every committed token, the log-softmax of the target's
+    (penalised) row that scored it, with the top alternatives; stop-string trimming and
+    streaming keep them aligned with token_ids. sprinter and draft refuse."""
+    from sprinter_edge.errors import SettingsError
+
+    engine = fixture_engine
+    prompt = engine.encode("1, 2, 3, 4, 5,", chat=False)
+    for extra in ({}, PENALTIES):
+        params = SamplingParams(max_tokens=12, logprobs=3, **extra)
+        ar = engine.generate(prompt, params, method="ar")
+        sd = engine.generate(prompt, params, method="sd")
+        assert sd.token_ids == ar.token_ids and len(ar.logprobs) == len(ar.token_ids) == 12
+        for i, (a, s) in enumerate(zip(ar.logprobs, sd.logprobs, strict=True)):
+            context = prompt + ar.token_ids[:i]
+            row = engine.target.sync(context, n_logits=1).logits[0].astype(np.float64)
+            if extra:
+                from test_sampling import _penalised_reference
+
+                row = _penalised_reference(row, context, len(prompt), params)
+            want = row - np.log(np.exp(row - row.max()).sum()) - row.max()
+            assert a.token == s.token == ar.token_ids[i]
+            assert a.logprob == pytest.approx(want[a.token], abs=1e-4)
+            assert s.logprob == pytest.approx(a.logprob, abs=1e-4)
+            top = np.argsort(-want, kind="stable")[:3]
+            assert [t for t, _ in a.top] == [t for t, _ in s.top] == list(top)
+            assert a.top[0][1] >= a.logprob - 1e-6  # greedy: the chosen token is the top one
+    # a stop string cuts the tokens; the logprobs follow, in the result and in the chunks
+    full = engine.generate(prompt, SamplingParams(max_tokens=12, logprobs=0), method="sd")
+    stop = full.text[6:9]
+    gen = engine.stream(prompt, SamplingParams(max_tokens=12, logprobs=0, stop=(stop,)), method="sd")
+    chunks = list(gen)
+    cut = gen.result
+    assert cut.finish_reason == "stop" and len(cut.token_ids) < len(full.token_ids)
+    assert [e.token for e in cut.logprobs] == cut.token_ids
+    assert [e for c in chunks for e in c.logprobs] == cut.logprobs
+    assert all(e.top == () for e in cut.logprobs)
+    for method in ("sprinter", "draft"):
+        with pytest.raises(SettingsError, match="logprobs need an exact method"):
+            engine.generate(prompt, SamplingParams(max_tokens=4, logprobs=1), method=method)

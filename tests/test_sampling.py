@@ -69,3 +69,89 @@ def test_params_validation() -> None:
         SamplingParams(temperature=-1)
     with pytest.raises(ValueError):
         SamplingParams(top_p=0)
+
+
+# ---------------------------------------------------------------------------- penalties
+
+
+def _penalised_reference(logits: np.ndarray, context: list[int], prompt_len: int,
+                         p: SamplingParams) -> np.ndarray:
+    """The penalties spelled out: llama.cpp's repeat penalty on the distinct tokens of the
+    last repeat_last_n context tokens (prompt included), then OpenAI's presence and frequency
+    penalties on the tokens generated so far."""
+    z = logits.astype(np.float64).copy()
+    if p.repeat_penalty != 1 and p.repeat_last_n != 0:
+        window = context if p.repeat_last_n < 0 else context[-p.repeat_last_n:]
+        for t in set(window):
+            z[t] = z[t] / p.repeat_penalty if z[t] > 0 else z[t] * p.repeat_penalty
+    reply = context[prompt_len:]
+    for t in set(reply):
+        z[t] -= p.frequency_penalty * reply.count(t) + p.presence_penalty
+    return z
+
+
+@pytest.mark.parametrize("repeat_last_n", [64, 3, -1, 0])
+def test_penalties_match_their_definition_as_contexts_grow_and_shrink(repeat_last_n: int) -> None:
+    """The incremental counts stay right through what a speculative strategy does: rows for
+    the committed tokens plus 0..4 drafted ones, then a commit of part of the draft."""
+    rng = np.random.default_rng(repeat_last_n + 7)
+    vocab = 40
+    params = SamplingParams(temperature=1.0, presence_penalty=0.5, frequency_penalty=0.3,
+                            repeat_penalty=1.3, repeat_last_n=repeat_last_n)
+    sampler = Sampler(params)
+    prompt = [int(t) for t in rng.integers(0, vocab, 10)]
+    sampler.start(prompt)
+    committed = list(prompt)
+    for _ in range(150):
+        drafted = [int(t) for t in rng.integers(0, vocab, int(rng.integers(0, 5)))]
+        for i in range(len(drafted) + 1):
+            context = committed + drafted[:i]
+            row = rng.normal(size=vocab).astype(np.float32)
+            want = _penalised_reference(row, context, len(prompt), params)
+            assert np.allclose(sampler.penalise(row, context), want, atol=1e-5)
+        committed += drafted[:int(rng.integers(0, len(drafted) + 1))] + [int(rng.integers(0, vocab))]
+    # an unrelated context, and a tuple, are counted from scratch
+    for context in (prompt + [int(t) for t in rng.integers(0, vocab, 30)], tuple(prompt)):
+        row = rng.normal(size=vocab).astype(np.float32)
+        want = _penalised_reference(row, list(context), len(prompt), params)
+        assert np.allclose(sampler.penalise(row, context), want, atol=1e-5)
+
+
+def test_penalties_apply_before_the_argmax_and_leave_the_row_alone() -> None:
+    logits = np.array([2.0, 1.9, 0.5, -1.0], np.float32)
+    raw = logits.copy()
+    s = Sampler(SamplingParams(temperature=0, presence_penalty=0.5))
+    s.start([3])
+    assert s.prepare(logits, [3]) == 0
+    assert s.prepare(logits, [3, 0]) == 1  # token 0 was generated: 2.0 - 0.5 < 1.9
+    assert s.prepare(logits, [0]) == 0  # the prompt does not count for OpenAI's penalties
+    np.testing.assert_array_equal(logits, raw)
+    r = Sampler(SamplingParams(temperature=0, repeat_penalty=1.1, repeat_last_n=2))
+    r.start([0, 3])
+    assert r.prepare(logits, [0, 3]) == 1  # the repeat penalty reads the prompt: 2.0 / 1.1 < 1.9
+    assert r.prepare(logits, [0, 3, 2]) == 0  # 0 left the window of 2
+    neg = np.array([-1.0, -1.05], np.float32)
+    assert r.prepare(neg, [0]) == 1  # a negative logit is multiplied: -1.1 < -1.05
+    off = Sampler(SamplingParams(temperature=0))
+    assert off.penalise(logits, [0, 0, 0]) is logits  # no penalties: the row itself
+
+
+def test_token_logprobs_match_log_softmax() -> None:
+    from sprinter_edge.numerics import token_logprobs
+
+    row = np.random.default_rng(3).normal(size=5000).astype(np.float32) * 4
+    want = row.astype(np.float64) - np.log(np.exp(row.astype(np.float64)).sum())
+    lp, top = token_logprobs(row, 17, 5)
+    assert lp == pytest.approx(want[17], abs=1e-5)
+    order = np.argsort(-want, kind="stable")[:5]
+    assert [t for t, _ in top] == list(order)
+    assert np.allclose([v for _, v in top], want[order], atol=1e-5)
+    assert token_logprobs(row, 17, 0) == (pytest.approx(want[17], abs=1e-5), [])
+
+
+@pytest.mark.parametrize("field, value", [
+    ("logprobs", -1), ("logprobs", 21), ("presence_penalty", 2.5), ("frequency_penalty", -3),
+    ("repeat_penalty", 0), ("repeat_last_n", -2)])
+def test_penalty_and_logprob_validation(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})

@@ -39,6 +39,10 @@ class Auto(Strategy):
     def __init__(self) -> None:
         self.plan: Plan | None = None
 
+    def scores_every_token(self, ctx: DecodeContext) -> bool:
+        """Exact unless it may run sprinter (a draft, and the caller chose an operating point)."""
+        return ctx.draft is None or not ctx.approximate_ok
+
     def target_rows(self, n_tokens: float) -> float:
         return 2.0 if self.plan is not None and self.plan.method == "sprinter" else n_tokens
 

@@ -19,6 +19,7 @@ from enum import Enum
 import numpy as np
 
 from ..backend.llama import DecodeOutput, LlamaModel
+from ..numerics import token_logprobs
 from ..planning.planner import Planner
 from ..verifiers.base import Verifier
 from .sampling import Sampler
@@ -36,6 +37,17 @@ class Origin(str, Enum):
 
 
 Step = list[tuple[int, Origin]]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A committed token's log-probability under the target, and the most likely tokens
+    (token id, log-probability; most likely first) at that position: the log-softmax of the
+    target's logits row after the repetition penalties, before temperature, top-k and top-p."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass
@@ -156,6 +168,23 @@ class DecodeContext:
     planner: Planner | None = None  # auto, lookup: this machine's costs and the evidence so far
     kind: str = "chat"  # the request's kind (edit | code | chat)
     approximate_ok: bool = False  # auto may run SPRINTER (the user chose an operating point)
+    # one entry per committed token, in order, when sampler.params.logprobs is not None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    _scored: list[int] | None = None  # prompt + the tokens recorded so far
+
+    def record_target(self, row: np.ndarray, token: int) -> None:
+        """Every strategy that logprobs may be asked of calls this for each committed token
+        (accepted, resampled, bonus, sampled), in order, with the target's logits row that
+        scored it. A no-op unless logprobs are on."""
+        k = self.sampler.params.logprobs
+        if k is None:
+            return
+        if self._scored is None:
+            self._scored = list(self.sampler.prompt or ())
+        row = self.sampler.penalise(row, self._scored)
+        logprob, top = token_logprobs(row, token, k)
+        self.logprobs.append(TokenLogprob(token, logprob, tuple(top)))
+        self._scored.append(token)
 
     @property
     def remaining(self) -> int:
@@ -184,10 +213,6 @@ class DecodeContext:
         assert model is not None
         return model.is_eog(token)
 
-    def record_target(self, row: np.ndarray, token: int) -> None:
-        """The target's logits row that scored a committed token (for logprobs)."""
-
-
 class Strategy(ABC):
     """One decoding method, and what it needs to run."""
 
@@ -206,6 +231,11 @@ class Strategy(ABC):
     def target_rows(self, n_tokens: float) -> float:
         """Logits rows one target call of n tokens asks for (the cost model prices them)."""
         return 1.0
+
+    def scores_every_token(self, ctx: DecodeContext) -> bool:
+        """Whether the target scores every token this strategy may commit with `ctx` (what
+        logprobs need)."""
+        return self.exact
 
     @abstractmethod
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:

@@ -18,6 +18,6 @@ class DraftOnly(Strategy):
         seq = list(prompt)
         while True:
             out = ctx.draft_step(seq)
-            token = ctx.sampler.draw(ctx.sampler.prepare(out.logits[0]))
+            token = ctx.sampler.draw(ctx.sampler.prepare(out.logits[0], seq))
             seq.append(token)
             yield [(token, Origin.DRAFT)]

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..backend.llama import LlamaModel
-from .base import DecodeContext, Origin, Stats, Strategy
+from .base import DecodeContext, Origin, Stats, Strategy, TokenLogprob
 
 
 @dataclass
@@ -24,6 +24,7 @@ class Chunk:
     text: str
     token_ids: list[int]
     origins: list[Origin]
+    logprobs: list[TokenLogprob] | None = None  # aligned with token_ids when asked for
 
 
 @dataclass
@@ -41,6 +42,7 @@ class GenerationResult:
       tokens that carry them stay in `token_ids`: every token generated is there.
     `stats.new_tokens` counts every token generated (the work done), including an end token
     and the tokens trimmed by a stop cut, so it can exceed `len(token_ids)`.
+    `logprobs` (when SamplingParams.logprobs is set) has one entry per token of `token_ids`.
     """
 
     text: str
@@ -49,15 +51,20 @@ class GenerationResult:
     stats: Stats
     finish_reason: str
     origins: list[Origin] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "text": self.text,
             "token_ids": self.token_ids,
             "method": self.method,
             "finish_reason": self.finish_reason,
             "stats": self.stats.to_dict(),
         }
+        if self.logprobs is not None:
+            d["logprobs"] = [{"token": e.token, "logprob": e.logprob,
+                              "top": [list(t) for t in e.top]} for e in self.logprobs]
+        return d
 
 
 def _holdback(text: str, stops: Sequence[str]) -> int:
@@ -103,8 +110,10 @@ class Generation:
             stats = self.ctx.stats
             stats.method, stats.prompt_tokens = self.strategy.name, len(self.prompt)
             stats.finish_reason = "cancelled"
-            self.result = GenerationResult(text="", token_ids=[], method=self.strategy.name,
-                                           stats=stats, finish_reason="cancelled")
+            self.result = GenerationResult(
+                text="", token_ids=[], method=self.strategy.name, stats=stats,
+                finish_reason="cancelled",
+                logprobs=[] if self.ctx.sampler.params.logprobs is not None else None)
 
     def consume(self) -> GenerationResult:
         for _ in self:
@@ -122,6 +131,8 @@ class Generation:
         busy = 0.0
         token_ids: list[int] = []
         origins: list[Origin] = []
+        want_logprobs = ctx.sampler.params.logprobs is not None
+        logprobs: list[TokenLogprob] = []  # aligned with token_ids (ctx.logprobs: every token)
         # reach[i]: characters of `text` that token i's bytes touch, counting a character the
         # decoder still holds incomplete bytes of (reach is then one past the decoded text).
         reach: list[int] = []
@@ -132,6 +143,7 @@ class Generation:
         cut_by_stop = False
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         steps = None
+        ctx.sampler.start(self.prompt)
         try:
             # Prefill: every model reads the prompt but its last token, which the first
             # decode of each strategy reads with its logits.
@@ -151,6 +163,10 @@ class Generation:
                         stats.count(origin)  # the end token is generated work, not text
                         finish, done = "stop", True
                         break
+                    if want_logprobs:
+                        entry = ctx.logprobs[len(token_ids)]
+                        assert entry.token == token, "record_target out of step with the tokens"
+                        logprobs.append(entry)
                     token_ids.append(token)
                     origins.append(origin)
                     stats.count(origin)
@@ -164,7 +180,7 @@ class Generation:
                             finish, done, cut_by_stop = "stop", True, True
                             # keep only the tokens whose text lies wholly before the cut
                             keep = bisect.bisect_right(reach, cut)
-                            del token_ids[keep:], origins[keep:], reach[keep:]
+                            del token_ids[keep:], origins[keep:], reach[keep:], logprobs[keep:]
                             break
                     if ctx.produced >= ctx.max_new_tokens:
                         finish, done = "length", True
@@ -177,7 +193,8 @@ class Generation:
                 ready = len(token_ids) if done else bisect.bisect_right(reach, safe)
                 if safe > emitted or ready > sent_tokens:
                     chunk = Chunk(text[emitted:safe], token_ids[sent_tokens:ready],
-                                  origins[sent_tokens:ready])
+                                  origins[sent_tokens:ready],
+                                  logprobs[sent_tokens:ready] if want_logprobs else None)
                     emitted, sent_tokens = max(emitted, safe), max(sent_tokens, ready)
                     busy += time.perf_counter() - t_resumed
                     try:
@@ -194,6 +211,7 @@ class Generation:
             self.result = GenerationResult(
                 text=text, token_ids=token_ids, method=self.strategy.name, stats=stats,
                 finish_reason=finish, origins=origins,
+                logprobs=logprobs if want_logprobs else None,
             )
 
 
