@@ -90,3 +90,34 @@ def test_default_draft_is_the_derived_q4_0(default_pair_paths: tuple[Path, Path]
     assert draft == models_cache() / "qwen2.5-coder-0.5b-instruct-q4_0-hq4.gguf"
     assert draft.stat().st_size == 360_662_912
     assert sha256_file(draft) == "0e453f0655205b749b4e5f471990d2380dba2ccb8ddc9f643af97184fb599694"
+
+
+EDIT = ("Rename the function `merge_configs` to `combine_configs` everywhere. Return the whole code "
+        "in one python code block.\n\n```python\ndef merge_configs(base, override):\n"
+        "    merged = dict(base)\n    for key, value in override.items():\n"
+        "        if value is not None:\n            merged[key] = value\n    return merged\n```")
+HINTS = ("Add type hints to every parameter and the return value. Return the whole code in one "
+         "python code block.\n\n```python\ndef load_config(path, defaults):\n"
+         "    result = dict(defaults)\n    with open(path) as fh:\n        for line in fh:\n"
+         "            key, value = line.split(\"=\", 1)\n            result[key.strip()] = value.strip()\n"
+         "    return result\n```")
+
+
+def test_default_auto_is_ar_token_for_token_with_repacking_off(default_pair_paths, monkeypatch) -> None:
+    """The default method, no flags: on code, chat and edit requests its greedy output is `ar`'s
+    token for token (repacking off makes the CPU kernels batch-invariant for this pair), and it
+    never runs an approximate plan."""
+    from sprinter_edge import Engine, Hardware
+
+    monkeypatch.setenv("SPRINTER_EDGE_EXTRA_BUFFERS", "0")
+    draft, target = default_pair_paths
+    with Engine(target, draft, hardware=Hardware(n_ctx=2048, n_threads=2)) as engine:
+        copied = 0
+        for prompt in (PROMPTS[0], PROMPTS[1], EDIT, HINTS, PROMPTS[4]):
+            params = SamplingParams(max_tokens=64, stop=("\n```\n",))
+            ar = engine.generate(prompt, params, method="ar")
+            auto = engine.generate(prompt, params)
+            assert auto.token_ids == ar.token_ids, (prompt[:40], auto.stats.plans_run)
+            assert auto.stats.exact and not any(p.startswith("sprinter") for p in auto.stats.plans_run)
+            copied += auto.stats.lookup_accepted
+        assert copied > 20  # the edit requests ran on copied spans
