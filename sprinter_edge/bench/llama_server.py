@@ -259,6 +259,8 @@ class LlamaServer:
         if stop_type == "word":  # the server returns the stop text's tokens too
             while tokens and not text.startswith(self.detokenize(tokens)):
                 tokens.pop()
+        elif stop_type == "eos" and tokens:  # and the end token, which the engine's token ids leave out
+            tokens.pop()
         timings["stop_type"] = stop_type
         finish = {"eos": "stop", "word": "stop", "limit": "length"}.get(stop_type, stop_type)
         # the first token comes with the prompt's last batch: prompt_ms is the time to it, the
