@@ -14,10 +14,11 @@ from .proposers.lookup import PromptLookup
 class Lookup(LoopStrategy):
     name = "lookup"
     needs_planner = True
+    stage = False  # staged.py: the draft checks each span first
 
     def target_rows(self, n_tokens: float) -> float:
         return n_tokens
 
     def make_proposer(self, ctx: DecodeContext) -> Proposer:
         assert ctx.planner is not None
-        return PromptLookup(ctx.planner.lookup_evidence(ctx.kind), stage=False)
+        return PromptLookup(ctx.planner.lookup_evidence(ctx.kind), stage=self.stage)

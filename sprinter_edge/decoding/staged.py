@@ -5,21 +5,11 @@ that would have been rejected."""
 
 from __future__ import annotations
 
-from .base import DecodeContext
-from .loop import LoopStrategy
-from .proposers.base import Proposer
-from .proposers.lookup import PromptLookup
+from .lookup import Lookup
 
 
-class Staged(LoopStrategy):
+class Staged(Lookup):
     name = "staged"
     needs_draft = True
     uses_draft = True
-    needs_planner = True
-
-    def target_rows(self, n_tokens: float) -> float:
-        return n_tokens
-
-    def make_proposer(self, ctx: DecodeContext) -> Proposer:
-        assert ctx.planner is not None
-        return PromptLookup(ctx.planner.lookup_evidence(ctx.kind), stage=True)
+    stage = True
