@@ -59,3 +59,9 @@ class BackendError(SprinterError):
     """llama.cpp refused an operation (decode failure, cannot create a context, ...)."""
 
     exit_code = 8
+
+
+class DiskError(SprinterError):
+    """The cache could not be written: the disk is full (or another OSError while writing)."""
+
+    exit_code = 9

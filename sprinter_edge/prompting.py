@@ -49,8 +49,11 @@ def _user_text(prompt: str | Sequence[Message]) -> str:
 _FALLBACK = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
 
 
-def render_chat(model: LlamaModel, messages: Sequence[Message], *, add_generation_prompt: bool = True) -> str:
-    """Render messages with the chat template stored in the GGUF (jinja2, sandboxed)."""
+def render_chat(model: LlamaModel, messages: Sequence[Message], *, add_generation_prompt: bool = True,
+                tools: Sequence[dict] | None = None) -> str:
+    """Render messages with the chat template stored in the GGUF (jinja2, sandboxed); `tools`
+    (OpenAI tool definitions) go to the template's `tools` variable (serving/tools.py decides
+    which templates get them)."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     for m in messages:
@@ -64,7 +67,7 @@ def render_chat(model: LlamaModel, messages: Sequence[Message], *, add_generatio
         add_generation_prompt=add_generation_prompt,
     )
     try:
-        return formatter(messages=list(messages)).prompt
+        return formatter(messages=list(messages), tools=list(tools) if tools else None).prompt
     except Exception as exc:  # a template error is the user's input problem, not a crash
         raise SprinterError(f"the model's chat template failed on these messages: {exc}") from exc
 

@@ -4,6 +4,7 @@ Talks to it with the official `openai` client and with raw httpx requests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -31,14 +32,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory) -> Iterator[str]:
+@contextlib.contextmanager
+def running_server(args: list[str], log: Path) -> Iterator[str]:
+    """`sprinter-edge serve ARGS` on a free loopback port until the block ends; its base URL."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "server.log"
-    cmd = [sys.executable, "-m", "sprinter_edge", "serve", "--target", str(fixture_target_path),
-           "--draft", str(fixture_draft_path), "--method", "sd", "--verifier", "confidence",
-           "--threads", "1", "--ctx", "1024", "--max-tokens", "8", "--host", HOST, "--port", str(port),
-           "--model-name", "fixture", "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "sprinter_edge", "serve", *args, "--host", HOST, "--port", str(port),
+           "--log-level", "warning"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -64,6 +63,16 @@ def server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    args = ["--target", str(fixture_target_path), "--draft", str(fixture_draft_path), "--method", "sd",
+            "--verifier", "confidence", "--threads", "1", "--ctx", "1024", "--max-tokens", "8",
+            "--model-name", "fixture"]
+    with running_server(args, log) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +197,125 @@ def test_disconnect_mid_stream_frees_the_worker(server: str, client) -> None:
     r = client.chat.completions.create(model="fixture", max_tokens=4,
                                        messages=[{"role": "user", "content": "Hello again."}])
     assert r.choices[0].message.content
+
+
+# ---------------------------------------------------------------------------- tools, logprobs, penalties
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_named_tool_choice_forces_a_call(client) -> None:
+    """SmolLM2's template has no tools: the server spells the convention out, starts the reply
+    with the call and its name, and returns an OpenAI tool call (stream and not alike)."""
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    r = client.chat.completions.create(model="fixture", messages=ASK_WEATHER, tools=[WEATHER_TOOL],
+                                       tool_choice=choice, max_tokens=24)
+    c = r.choices[0]
+    assert c.finish_reason in ("tool_calls", "length"), c
+    (call,) = c.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert call.id.startswith("call_") and isinstance(call.function.arguments, str)
+    assert c.message.content is None
+    stream = client.chat.completions.create(model="fixture", messages=ASK_WEATHER, tools=[WEATHER_TOOL],
+                                            tool_choice=choice, max_tokens=24, stream=True)
+    calls, finish = {}, None
+    for ev in stream:
+        for ch in ev.choices:
+            finish = ch.finish_reason or finish
+            assert not ch.delta.content
+            for tc in ch.delta.tool_calls or ():
+                calls.setdefault(tc.index, [tc.function.name, ""])
+                calls[tc.index][1] += tc.function.arguments or ""
+    assert calls == {0: ["get_weather", call.function.arguments]} and finish == c.finish_reason
+
+
+def test_tool_round_trip_messages_are_accepted(client) -> None:
+    """An assistant turn with tool_calls (content null) and the tool's result go back in."""
+    messages = [*ASK_WEATHER,
+                {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 18, "sky": "clear"}'}]
+    for tool_choice in ("auto", "none"):
+        r = client.chat.completions.create(model="fixture", messages=messages, tools=[WEATHER_TOOL],
+                                           tool_choice=tool_choice, max_tokens=8)
+        c = r.choices[0]
+        assert c.finish_reason in ("stop", "length", "tool_calls")
+        assert c.message.content or c.message.tool_calls
+        if tool_choice == "none":
+            assert not c.message.tool_calls
+    # no tools in this request: the earlier call and its result still render
+    r = client.chat.completions.create(model="fixture", messages=messages, max_tokens=4)
+    assert r.choices[0].message.content
+
+
+def test_logprobs_chat_and_completions(client) -> None:
+    """The target's logprobs, one per completion token, in OpenAI's shapes; greedy, so the
+    chosen token is the most likely one; the stream carries the same."""
+    hi = [{"role": "user", "content": "Say hi."}]
+    r = client.chat.completions.create(model="fixture", messages=hi, max_tokens=6, logprobs=True,
+                                       top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and bytes(t.bytes).decode("utf-8", "replace") == t.token
+        assert len(t.top_logprobs) == 3 and t.top_logprobs[0].logprob == pytest.approx(t.logprob)
+        tops = [x.logprob for x in t.top_logprobs]
+        assert tops == sorted(tops, reverse=True)
+    stream = client.chat.completions.create(model="fixture", messages=hi, max_tokens=6, logprobs=True,
+                                            top_logprobs=3, stream=True)
+    streamed = [t for ev in stream for ch in ev.choices if ch.logprobs for t in ch.logprobs.content]
+    assert [(t.token, round(t.logprob, 5)) for t in streamed] == [
+        (t.token, round(t.logprob, 5)) for t in content]
+
+    c = client.completions.create(model="fixture", prompt="The capital of France is", max_tokens=5,
+                                  logprobs=2)
+    lp = c.choices[0].logprobs
+    assert "".join(lp.tokens) == c.choices[0].text and len(lp.token_logprobs) == c.usage.completion_tokens
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    assert all(tok in top and 2 <= len(top) <= 3 for tok, top in zip(lp.tokens, lp.top_logprobs, strict=True))
+    plain = client.chat.completions.create(model="fixture", messages=hi, max_tokens=6)
+    assert plain.choices[0].logprobs is None
+
+
+def test_penalties_pass_through(client) -> None:
+    prompt = "red, red, red, red, red, red,"
+    base = client.completions.create(model="fixture", prompt=prompt, max_tokens=8)
+    pen = client.completions.create(model="fixture", prompt=prompt, max_tokens=8,
+                                    extra_body={"repeat_penalty": 1.5, "repeat_last_n": 16})
+    assert pen.choices[0].text != base.choices[0].text
+    same = client.completions.create(model="fixture", prompt=prompt, max_tokens=8, presence_penalty=0.0,
+                                     frequency_penalty=0.0)
+    assert same.choices[0].text == base.choices[0].text
+    r = client.chat.completions.create(model="fixture", max_tokens=8, presence_penalty=1.5,
+                                       frequency_penalty=1.0,
+                                       messages=[{"role": "user", "content": "List colours."}])
+    assert r.choices[0].message.content
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({"tools": [{"type": "code_interpreter"}]}, "tools.0"),
+    ({"tools": [{**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "strict": True}}]},
+     "strict function schemas are not supported"),
+    ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "not in tools"),
+    ({"tool_choice": "required"}, "tool_choice needs tools"),
+    ({"functions": [WEATHER_TOOL["function"]]}, "unknown field 'functions'"),
+    ({"top_logprobs": 2}, "top_logprobs needs logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "method": "sprinter"}, "logprobs need an exact method"),
+    ({"logprobs": True, "method": "draft"}, "logprobs need an exact method"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"repeat_penalty": 0}, "repeat_penalty"),
+    ({"messages": [{"role": "user"}]}, "needs a content"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "only assistant"),
+])
+def test_tool_and_logprob_bad_requests(server: str, extra: dict, fragment: str) -> None:
+    body = {"model": "fixture", "messages": ASK_WEATHER, "max_tokens": 2, **extra}
+    r = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=TIMEOUT)
+    assert r.status_code == 400, r.text
+    assert fragment in r.json()["error"]["message"], r.json()

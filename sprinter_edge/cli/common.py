@@ -58,6 +58,19 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
     g.add_argument("--seed", type=int, default=None, help="random seed for sampling")
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop when this text appears (repeatable)")
+    g.add_argument("--presence-penalty", type=float, default=SamplingParams.presence_penalty,
+                   metavar="X", help="OpenAI's: lower every token the reply already has by X, "
+                                     "in [-2, 2] (0 = off)")
+    g.add_argument("--frequency-penalty", type=float, default=SamplingParams.frequency_penalty,
+                   metavar="X", help="OpenAI's: lower each token by X times its count in the reply "
+                                     "so far, in [-2, 2] (0 = off)")
+    g.add_argument("--repeat-penalty", type=float, default=SamplingParams.repeat_penalty,
+                   metavar="X", help="llama.cpp's: divide positive logits (multiply negative ones) "
+                                     "of the tokens in the last --repeat-last-n tokens, prompt "
+                                     "included, by X (1 = off)")
+    g.add_argument("--repeat-last-n", type=int, default=SamplingParams.repeat_last_n, metavar="N",
+                   help="the repeat penalty's window (default: %(default)s; -1 = the whole "
+                        "context, 0 = off)")
     g.add_argument("--verifier", default="auto",
                    help="sprinter verifier: auto (the pair's trained one, else the confidence "
                         "rule), hidden (the pair's hidden-state option, where it ships one), confidence, "
@@ -78,7 +91,10 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
 
 def sampling_from(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                          top_p=args.top_p, seed=args.seed, stop=tuple(args.stop))
+                          top_p=args.top_p, seed=args.seed, stop=tuple(args.stop),
+                          presence_penalty=args.presence_penalty,
+                          frequency_penalty=args.frequency_penalty,
+                          repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n)
 
 
 def hardware_from(args: argparse.Namespace) -> Hardware:

@@ -9,8 +9,9 @@ import sys
 
 from ..backend import buildflags, native
 from ..catalog.registry import load_registry
-from ..catalog.store import ensure_model, status
+from ..catalog.store import cache_listing, clean_stale_partials, ensure_model, status
 from ..errors import SprinterError
+from ..resources import cache_dir
 
 # what a user must know before trusting the flat-batch figure (doctor prints it under it)
 FLAT_CHECK = (
@@ -159,6 +160,14 @@ def run_doctor(args: argparse.Namespace) -> int:
     for spec in reg.models.values():
         st = status(spec)
         print(f"  {spec.name:38} {st.path or st.source}")
+    for path, size in clean_stale_partials():
+        print(f"  removed       {path.name} ({size:,} bytes), a partial file of a process that is gone")
+    print(f"cache         {cache_dir()}")
+    entries = cache_listing()
+    for e in entries:
+        name = e.path.relative_to(cache_dir()).as_posix() + ("/" if e.path.is_dir() else "")
+        print(f"  {name:50} {e.size:>15,} B" + (f"  ({e.note})" if e.note else ""))
+    print(f"  {'total':50} {sum(e.size for e in entries):>15,} B" if entries else "  (empty)")
     if args.no_timing:
         return 0
     try:

@@ -170,7 +170,7 @@ class DecodeContext:
     approximate_ok: bool = False  # auto may run SPRINTER (the user chose an operating point)
     # one entry per committed token, in order, when sampler.params.logprobs is not None
     logprobs: list[TokenLogprob] = field(default_factory=list)
-    _scored: list[int] | None = None  # prompt + the tokens recorded so far
+    _scored: list[int] | None = field(default=None, init=False, repr=False)  # prompt + recorded
 
     def record_target(self, row: np.ndarray, token: int) -> None:
         """Every strategy that logprobs may be asked of calls this for each committed token

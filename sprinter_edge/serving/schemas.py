@@ -1,16 +1,18 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic; unknown fields are refused).
 
 The standard OpenAI fields that sprinter-edge cannot honour are accepted only at their
-neutral values, so a client that sends them explicitly still works; `method`, `threshold`
-and `top_k` are sprinter-edge extensions; `model` may be any name."""
+neutral values, so a client that sends them explicitly still works; `method`, `threshold`,
+`top_k`, `repeat_penalty` and `repeat_last_n` are extensions (the last three named as in
+llama.cpp's server); `model` may be any name. docs/server.md lists every field."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..decoding import METHODS
+from ..decoding.sampling import MAX_LOGPROBS
 
 
 class _Strict(BaseModel):
@@ -22,15 +24,83 @@ class TextPart(_Strict):
     text: str
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCallIn(_Strict):
+    """A call the assistant made earlier in the conversation."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
-    role: Literal["system", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant
+    tool_call_id: str | None = None  # tool
+
+    @model_validator(mode="after")
+    def _check(self) -> ChatMessage:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs a content")
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as the prompt side takes it: role, text content and the tool fields."""
+        d: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.tool_calls:
+            d["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if self.name is not None and self.role == "tool":
+            d["name"] = self.name
+        return d
+
+
+class FunctionDef(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("strict")
+    @classmethod
+    def _not_strict(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("strict function schemas are not supported: the server does not "
+                             "constrain decoding to a schema (send strict: false or leave it out)")
+        return value
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True, exclude={"function": {"strict"}})
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class StreamOptions(_Strict):
@@ -48,9 +118,12 @@ class _GenerationFields(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1, description="only one choice is generated")
-    presence_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
-    frequency_penalty: float = Field(default=0.0, ge=0.0, le=0.0, description="not supported")
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     user: str | None = None
+    # llama.cpp server names
+    repeat_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    repeat_last_n: int | None = Field(default=None, ge=-1)
     # sprinter-edge extensions
     method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -74,18 +147,55 @@ class _GenerationFields(_Strict):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
 class ChatCompletionRequest(_GenerationFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # default: several calls may come back
+
+    @model_validator(mode="after")
+    def _check_tools(self) -> ChatCompletionRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        names = [t.function.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise ValueError("tools: two tools have the same name")
+        choice = self.tool_choice
+        if choice is not None and choice != "none" and not names:
+            raise ValueError("tool_choice needs tools")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise ValueError(f"tool_choice names {choice.function.name!r}, which is not in tools")
+        return self
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def logprobs_k(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def tool_mode(self) -> tuple[str, list[str]]:
+        """("off" | "auto" | "forced", the names a forced call may take)."""
+        names = [t.function.name for t in self.tools or ()]
+        choice = self.tool_choice or ("auto" if names else "none")
+        if choice == "none" or not names:
+            return "off", []
+        if isinstance(choice, NamedToolChoice):
+            return "forced", [choice.function.name]
+        if choice == "required":
+            return "forced", names
+        return "auto", names
 
 
 class CompletionRequest(_GenerationFields):
     prompt: str | list[str] | list[int]
     echo: bool = Field(default=False, description="not supported (must be false)")
-    logprobs: None = None
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     suffix: None = None
 
     @model_validator(mode="after")

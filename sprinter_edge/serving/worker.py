@@ -12,25 +12,31 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import Engine
+from ..decoding.base import TokenLogprob
 from ..prompting import Message
 
 log = logging.getLogger(__name__)
 
 Event = tuple[str, Any]  # ("started", None) | ("chunk", Chunk) | ("done", GenerationResult) | ("error", exc)
+# A prompt the worker builds with the engine (e.g. rendered with tools): token ids.
+PromptBuilder = Callable[[Engine], list[int]]
 
 
 @dataclass
 class Job:
-    prompt: str | Sequence[Message] | list[int]
+    prompt: str | Sequence[Message] | list[int] | PromptBuilder
     kwargs: dict[str, Any]
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # the bytes of every token a chunk's or result's logprobs name, filled by the worker
+    # before the event is emitted (the tokenizer belongs to the worker thread)
+    pieces: dict[int, bytes] = field(default_factory=dict)
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -66,7 +72,8 @@ class EngineWorker:
     def queued(self) -> int:
         return self._jobs.qsize()
 
-    def submit(self, prompt: str | Sequence[Message] | list[int], **kwargs: Any) -> Job:
+    def submit(self, prompt: str | Sequence[Message] | list[int] | PromptBuilder,
+               **kwargs: Any) -> Job:
         """Queue a generation (call from the event loop); read its events from `job.events`."""
         job = Job(prompt, kwargs, asyncio.get_running_loop())
         self._jobs.put(job)
@@ -90,7 +97,8 @@ class EngineWorker:
             self.counters.cancelled += 1
             return
         try:
-            gen = self.engine.stream(job.prompt, **job.kwargs)
+            prompt = job.prompt(self.engine) if callable(job.prompt) else job.prompt
+            gen = self.engine.stream(prompt, **job.kwargs)
         except Exception as exc:
             self.counters.failed += 1
             job.emit("error", exc)
@@ -100,6 +108,7 @@ class EngineWorker:
             for chunk in gen:
                 if job.cancelled.is_set():
                     break
+                self._note_pieces(job, chunk.logprobs)
                 job.emit("chunk", chunk)
         except Exception as exc:
             log.exception("generation failed")
@@ -113,4 +122,15 @@ class EngineWorker:
             log.info("request cancelled after %d tokens", len(gen.result.token_ids) if gen.result else 0)
             return
         self.counters.completed += 1
+        if gen.result is not None:
+            self._note_pieces(job, gen.result.logprobs)
         job.emit("done", gen.result)
+
+    def _note_pieces(self, job: Job, logprobs: list[TokenLogprob] | None) -> None:
+        if not logprobs:
+            return
+        model = self.engine.text_model
+        for entry in logprobs:
+            for token in (entry.token, *(t for t, _ in entry.top)):
+                if token not in job.pieces:
+                    job.pieces[token] = model.token_bytes(token)
