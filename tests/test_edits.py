@@ -200,11 +200,12 @@ def test_bench_flags_choose_edit_tasks() -> None:
         return config_from(build_parser().parse_args(["bench", *flags]))
 
     assert cfg().edits == 0
-    c = cfg("--edits", "12", "--edit-kinds", "fstring,fix_bug", "--humaneval", "0", "--chat", "0")
+    c = cfg("--edits", "12", "--edit-kinds", "fstring,fix_bug", "--humaneval", "0", "--chat", "0",
+            "--explain", "0", "--long", "0")
     assert c.edits == 12 and tuple(c.edit_kinds) == ("fix_bug", "fstring")
     chosen = select_prompts(c)
     assert [p.id for p in chosen] == [t.id for t in edits.select_tasks(12, ["fix_bug", "fstring"])]
-    c = cfg("--edits", "80", "--humaneval", "0", "--chat", "0")
+    c = cfg("--edits", "80", "--humaneval", "0", "--chat", "0", "--explain", "0", "--long", "0")
     assert [p.id for p in select_prompts(c)] == [t.id for t in edits.select_tasks()]
     with pytest.raises(SprinterError, match="--edit-kinds"):
         cfg("--edits", "5", "--edit-kinds", "renames")

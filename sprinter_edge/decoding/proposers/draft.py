@@ -153,7 +153,8 @@ class CopyGuard(VerifierRun):
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
               context: list[int]) -> int:
         decision = super().after(ctx, out, token, drafted, context)
-        if decision != CONTINUE:
+        passed = decision == CONTINUE or self._passed == drafted  # (the budget may end the run)
+        if not passed:
             return decision
         self.index.extend(context[:-1])
         match, end = self.index.match()
@@ -163,7 +164,7 @@ class CopyGuard(VerifierRun):
             self.since_flag = 0
             self._passed = drafted - 1
             return STOP
-        return CONTINUE
+        return decision
 
 
 class DraftProposer(Proposer):
