@@ -56,12 +56,14 @@ def test_weather_round_trip(client) -> None:  # noqa: ANN001
                 calls[tc.index][1] += tc.function.arguments or ""
     assert finish == "tool_calls" and calls == {0: ["get_weather", call.function.arguments]}
 
-    # step two: the tool's answer goes back; the model answers from it
+    # step two: the tool's answer goes back; the model answers from it. tool_choice "none":
+    # with "auto" this 1.5B model calls get_weather again after the result (measured: the prompt
+    # is the template's own rendering, the model repeats the call), so the client asks for words.
     messages = [*QUESTION, choice.message.model_dump(exclude_none=True),
                 {"role": "tool", "tool_call_id": call.id,
                  "content": json.dumps({"city": "Paris", "temperature_c": 17, "sky": "light rain"})}]
     second = client.chat.completions.create(model="default", messages=messages, tools=[WEATHER, TIME],
-                                            max_tokens=64)
+                                            tool_choice="none", max_tokens=64)
     answer = second.choices[0]
     assert not answer.message.tool_calls, answer
     assert "17" in answer.message.content and "rain" in answer.message.content.lower(), answer

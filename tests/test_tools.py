@@ -111,6 +111,36 @@ def test_parse_reply(reply: str, content: str | None, calls: list) -> None:
         (c.name, c.arguments) for c in parsed.calls]
 
 
+BARE = '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```'
+
+
+@pytest.mark.parametrize("reply, content, calls", [
+    (BARE, None, [("get_weather", {"city": "Paris"})]),  # what Qwen2.5-Coder-1.5B writes
+    ('{"name": "get_weather", "arguments": {"city": "Rome"}}', None, [("get_weather", {"city": "Rome"})]),
+    ('  {"name": "get_weather", "arguments": {}}\n{"name": "get_weather", "arguments": {"city": "X"}}\nDone.',
+     "Done.", [("get_weather", {}), ("get_weather", {"city": "X"})]),
+    # not a call: another name, no arguments, other code, JSON that is data
+    ('{"name": "launch", "arguments": {}}', '{"name": "launch", "arguments": {}}', []),
+    ('{"name": "get_weather"}', '{"name": "get_weather"}', []),
+    ("```python\nprint(1)\n```", "```python\nprint(1)\n```", []),
+    ('{"id": 3, "name": "get_weather"}', '{"id": 3, "name": "get_weather"}', []),
+    (BARE[:45], BARE[:45], []),  # cut off: not valid JSON
+    ("{", "{", []),
+])
+def test_bare_json_calls(reply: str, content: str | None, calls: list) -> None:
+    names = ["get_weather", "get_time"]
+    parsed = parse_reply(reply, names=names)
+    assert parsed.content == content
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.calls] == calls
+    stream = ToolStream(names=names)
+    events = [e for ch in reply for e in stream.feed(ch)] + stream.finish()
+    text = "".join(v for k, v in events if k == "content")
+    assert (text.strip() or None if calls else text) == content
+    assert [c.name for k, c in events if k == "call"] == [c.name for c in parsed.calls]
+    # without the request's names nothing bare is a call
+    assert parse_reply(reply).calls == []
+
+
 def test_forced_calls() -> None:
     prefix = forced_prefix("get_weather")
     assert prefix == '<tool_call>\n{"name": "get_weather", "arguments": '

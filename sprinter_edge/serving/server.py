@@ -273,6 +273,7 @@ def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None
         mode, names = req.tool_mode()
         prefix = forced_prefix(names[0] if len(names) == 1 else None) if mode == "forced" else ""
         forced = names if mode == "forced" else None
+        bare_names = names if mode == "auto" else ()  # a bare JSON call of these counts too
         # one call: the forced one, or the first when parallel calls are off
         one_call = mode == "forced" or (mode == "auto" and req.parallel_tool_calls is False)
         prompt: Any = messages
@@ -310,7 +311,7 @@ def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None
             calls = []
             if mode != "off":
                 try:
-                    parsed = ToolStream(forced=forced, prefix=prefix)
+                    parsed = ToolStream(forced=forced, prefix=prefix, names=bare_names)
                     events = parsed.feed(result.text) + parsed.finish()
                 except ToolCallError as exc:
                     raise ApiError(500, f"generation failed: {exc}", type_="server_error") from None
@@ -323,7 +324,7 @@ def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None
                 "index": 0, "message": message, "finish_reason": finish_of(result, bool(calls)),
                 "logprobs": logprobs_of(result.logprobs)}], **result_extra(result)}
 
-        stream = ToolStream(forced=forced, prefix=prefix) if mode != "off" else None
+        stream = ToolStream(forced=forced, prefix=prefix, names=bare_names) if mode != "off" else None
         held: list[TokenLogprob] = []  # logprobs of tokens whose text the tool parser holds
 
         def choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:

@@ -17,6 +17,11 @@ uses: the tools are listed as JSON in the system message, and the model answers 
 - A template with a tool format of its own (Llama 3.1's, Mistral's, ...) is refused
   (`ToolError`): this parser reads `<tool_call>` blocks only.
 
+Small models do not always write the tags: Qwen2.5-Coder-1.5B often answers a call as a bare
+(or ```json-fenced) `{"name": ..., "arguments": ...}` object. A reply that starts with such an
+object naming one of the request's tools is taken as a call too (llama.cpp's Hermes parser
+accepts the same); one naming anything else is content.
+
 A named `tool_choice` forces the call: the assistant's reply is started with the block's
 opening and the function's name (`forced_prefix`), and the model writes the arguments.
 `required` with one tool is the same; with several the reply is started up to the name.
@@ -193,6 +198,87 @@ def _parse_block(body: str) -> ToolCall | None:
 Event = tuple[str, Any]  # ("content", str) | ("call", ToolCall)
 
 
+def _bare_start(text: str, names: Sequence[str]) -> bool | None:
+    """Whether `text` starts a bare call of one of `names`: optional whitespace, an optional
+    ``` or ```json fence, then `{"name": "NAME"`. None: cannot tell yet (a prefix of one)."""
+    n = len(text)
+
+    def ws(i: int) -> int:
+        while i < n and text[i].isspace():
+            i += 1
+        return i
+
+    i = ws(0)
+    if i == n:
+        return None
+    if text[i] == "`":
+        fence = text[i:i + 3]
+        if not "```".startswith(fence):
+            return False
+        if len(fence) < 3:
+            return None
+        j = i + 3
+        while j < n and text[j].isalpha():
+            j += 1
+        lang = text[i + 3:j].lower()
+        if j == n:
+            return None if "json".startswith(lang) else False
+        if lang not in ("", "json"):
+            return False
+        i = ws(j)
+        if i == n:
+            return None
+    if text[i] != "{":
+        return False
+    i = ws(i + 1)
+    key = '"name"'
+    seg = text[i:i + len(key)]
+    if not key.startswith(seg):
+        return False
+    if len(seg) < len(key):
+        return None
+    i = ws(i + len(key))
+    if i == n:
+        return None
+    if text[i] != ":":
+        return False
+    i = ws(i + 1)
+    if i == n:
+        return None
+    if text[i] != '"':
+        return False
+    end = text.find('"', i + 1)
+    if end < 0:
+        return None if any(name.startswith(text[i + 1:]) for name in names) else False
+    return text[i + 1:end] in names
+
+
+def _bare_calls(text: str, names: Sequence[str]) -> tuple[list[ToolCall], str] | None:
+    """The calls of a bare reply (objects one after another, fenced or not) and the text
+    after them; None when it does not parse as calls of `names`."""
+    s = text.strip()
+    if s.startswith("```"):
+        s = s[s.find("\n") + 1:] if "\n" in s else ""
+        fence = s.rfind("```")
+        s = s[:fence] if fence >= 0 else s
+    decoder = json.JSONDecoder()
+    calls: list[ToolCall] = []
+    rest = s.strip()
+    while rest.startswith("{"):
+        try:
+            obj, end = decoder.raw_decode(rest)
+        except ValueError:
+            break
+        call = _parse_block(json.dumps(obj)) if isinstance(obj, dict) else None
+        if call is None or call.name not in names or not ({"arguments", "parameters"} & set(obj)):
+            break
+        calls.append(call)
+        rest = rest[end:].strip()
+    if not calls:
+        return None
+    return calls, rest
+
+
 class ToolStream:
     """Splits a reply, fed piece by piece, into content text and tool calls.
 
@@ -204,11 +290,15 @@ class ToolStream:
     model does not always generate valid JSON"), or, with no known name to go by (or a call
     of a name not in `forced`), ToolCallError."""
 
-    def __init__(self, *, forced: Sequence[str] | None = None, prefix: str = ""):
+    def __init__(self, *, forced: Sequence[str] | None = None, prefix: str = "",
+                 names: Sequence[str] = ()):
         self.forced = list(forced) if forced is not None else None
+        self.names = list(names)  # the request's tools: a bare call of one of them counts
         self.calls: list[ToolCall] = []
         self._buf = ""
         self._in_call = False
+        # at the reply's start, with names and nothing forced: could it be a bare call?
+        self._lead: bool | None = None if self.names and self.forced is None and not prefix else False
         self._pending_space = ""  # whitespace after a call: dropped unless more text follows
         self._events: list[Event] = []
         if prefix:
@@ -217,6 +307,10 @@ class ToolStream:
     def feed(self, text: str) -> list[Event]:
         events, self._events = self._events, []
         self._buf += text
+        if self._lead is None:
+            self._lead = _bare_start(self._buf, self.names)
+        if self._lead is not False:  # undecided, or a bare call: held to the end
+            return events
         while True:
             if self._in_call:
                 j = self._buf.find(CLOSE)
@@ -238,6 +332,19 @@ class ToolStream:
         return events
 
     def finish(self) -> list[Event]:
+        if self._lead is not False:
+            bare = _bare_calls(self._buf, self.names) if self._lead else None
+            self._lead = False
+            if bare is not None:
+                calls, rest = bare
+                events = list(self._events)
+                self._events = []
+                for call in calls:
+                    self.calls.append(call)
+                    events.append(("call", call))
+                self._buf = ""
+                self._content(rest, events)
+                return events
         events = self.feed("")
         if self._in_call:
             self._close(self._buf, events, at_end=True)
@@ -305,11 +412,12 @@ class ParsedReply:
     calls: list[ToolCall]
 
 
-def parse_reply(text: str, *, forced: Sequence[str] | None = None, prefix: str = "") -> ParsedReply:
+def parse_reply(text: str, *, forced: Sequence[str] | None = None, prefix: str = "",
+                names: Sequence[str] = ()) -> ParsedReply:
     """A whole reply -> content and calls (the same split `ToolStream` makes piece by piece).
     With calls, the content around them is stripped and None when empty; without any, the
     content is the reply unchanged."""
-    stream = ToolStream(forced=forced, prefix=prefix)
+    stream = ToolStream(forced=forced, prefix=prefix, names=names)
     events = stream.feed(text) + stream.finish()
     content = "".join(v for k, v in events if k == "content")
     if stream.calls:
