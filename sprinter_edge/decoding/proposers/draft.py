@@ -148,7 +148,6 @@ class CopyGuard(VerifierRun):
     def begin(self) -> None:
         super().begin()
         self.index = SuffixIndex()
-        self.guarded = 0
 
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
               context: list[int]) -> int:
@@ -159,7 +158,6 @@ class CopyGuard(VerifierRun):
         self.index.extend(context[:-1])
         match, end = self.index.match()
         if match and end < len(self.index.seq) and self.index.seq[end] == token:
-            self.guarded += 1
             ctx.stats.flags += 1
             self.since_flag = 0
             self._passed = drafted - 1
