@@ -212,6 +212,22 @@ def test_default_auto_is_exact_even_where_sprinter_would_be_fastest(engine: Engi
     assert approx.stats.guarantee.startswith("approximate")
 
 
+def test_auto_stays_exact_on_edit_requests_whatever_the_operating_point(engine: Engine) -> None:
+    """Where SPRINTER is predicted fastest and the caller chose a preset, an edit request (code
+    in a fenced block) still gets an exact plan: SPRINTER skips edits (EXACT_KINDS)."""
+    prompt = ("Rename the function to `grow`.\n```python\ndef add(a, b):\n    total = a + b\n"
+              "    return total\n\n\nprint(add(1, 2))\n```")
+    engine.set_planner(Planner(table(30, 0.0), table(3, 0.0)))
+    try:
+        edit = engine.generate(prompt, SamplingParams(max_tokens=24),
+                               operating_point=OperatingPoint(preset="fast"))
+    finally:
+        engine.set_planner(None)
+    assert edit.stats.kind == "edit" and edit.stats.exact
+    assert not any(p.startswith("sprinter") for p in edit.stats.plans_run), edit.stats.plans_run
+    assert edit.stats.guarantee.startswith("exact") and edit.stats.kept == 0
+
+
 def test_cost_tables_are_made_monotone() -> None:
     t = CostTable(last={1: 10.0, 4: 40.0, 5: 35.0, 8: 60.0}, full={1: 10.0, 4: 38.0, 5: 50.0, 8: 70.0})
     t.make_monotone()

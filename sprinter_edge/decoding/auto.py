@@ -26,6 +26,11 @@ from .proposers.base import NoProposal, Proposer
 from .proposers.draft import DraftProposer, FixedLength, VerifierRun
 from .proposers.lookup import PromptLookup
 
+# kinds of request on which `auto` stays exact even when the caller chose an operating point:
+# on edits SPRINTER skipped the requested change at every preset (6/20 and 4/20 tasks done
+# where ar did 18/20; with a copy guard 17/20 at 1.04x ar) while exact lookup ran at 2.5x ar
+# (docs/bench-results-edits.json, docs/bench-results-guarded.json)
+EXACT_KINDS = frozenset({"edit"})
 REPLAN_EVERY = 16  # tokens between looks at the evidence
 SWITCH_GAIN = 0.05  # a switch must be predicted >= 5% faster for the rest of the reply
 
