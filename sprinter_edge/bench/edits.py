@@ -552,9 +552,10 @@ def task_order(kinds: Sequence[str] = KINDS) -> Iterator[EditTask]:
         yield from batch
 
 
-def select_tasks(n: int = DEFAULT_TASKS, kinds: Sequence[str] = KINDS) -> list[EditTask]:
-    """The first n tasks of `task_order(kinds)` (the default: the fixed subset of 80)."""
-    return list(itertools.islice(task_order(kinds), n))
+def select_tasks(n: int = DEFAULT_TASKS, kinds: Sequence[str] = KINDS, skip: int = 0) -> list[EditTask]:
+    """n tasks of `task_order(kinds)` after the first `skip` (the default: the fixed subset of
+    80); a skip gives tasks held out from whatever was tuned on the first ones."""
+    return list(itertools.islice(task_order(kinds), skip, skip + n))
 
 
 def all_tasks(kinds: Sequence[str] = KINDS) -> list[EditTask]:
@@ -563,10 +564,11 @@ def all_tasks(kinds: Sequence[str] = KINDS) -> list[EditTask]:
     return [t for s in _problems() for k in kinds if (t := build_task(k, s)) is not None]
 
 
-def edit_prompts(n: int = DEFAULT_TASKS, kinds: Sequence[str] = KINDS) -> list[BenchPrompt]:
+def edit_prompts(n: int = DEFAULT_TASKS, kinds: Sequence[str] = KINDS, skip: int = 0) -> list[BenchPrompt]:
     """The bench's prompts: kind "edit", the task in `problem`; replies stop after their code
     block as HumanEval's do."""
-    return [BenchPrompt(t.id, t.prompt, "edit", asdict(t), CODE_BLOCK_END) for t in select_tasks(n, kinds)]
+    return [BenchPrompt(t.id, t.prompt, "edit", asdict(t), CODE_BLOCK_END)
+            for t in select_tasks(n, kinds, skip)]
 
 
 # ---------------------------------------------------------------------------- checks

@@ -64,6 +64,7 @@ class BenchConfig:
     long: int = DEFAULTS["long"]  # long-context answers: a stdlib module pasted, a question on it
     edits: int = 0  # edit tasks: the first N of edits.task_order (its first 80: the fixed subset)
     edit_kinds: Sequence[str] = ()  # only these edit kinds (empty: all)
+    edit_skip: int = 0  # start after this many tasks of the fixed order (held-out tasks)
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
     humaneval_timeout: float = 10.0
@@ -121,7 +122,8 @@ def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen += prompts.chat_prompts(config.chat) if config.chat else []
     chosen += prompts.explain_prompts(config.explain) if config.explain else []
     chosen += prompts.long_prompts(config.long) if config.long else []
-    chosen += edits.edit_prompts(config.edits, config.edit_kinds or edits.KINDS) if config.edits else []
+    chosen += (edits.edit_prompts(config.edits, config.edit_kinds or edits.KINDS, config.edit_skip)
+               if config.edits else [])
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)
     if not chosen:

@@ -77,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "bug, f-strings), each checked automatically: the first N of one fixed order, "
                         f"whose first {edits.DEFAULT_TASKS} are the standard subset (0 = none); the "
                         "replies are whole files: give them --max-tokens 640")
+    g.add_argument("--edit-skip", type=int, default=0, metavar="K",
+                   help="start the edit tasks after the first K of the fixed order: tasks held out "
+                        "from a threshold or policy tuned on the first K")
     g.add_argument("--edit-kinds", default="", metavar="KIND,...",
                    help="only these edit kinds, comma-separated: " + ", ".join(edits.KINDS)
                         + " (empty = all)")
@@ -133,8 +136,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
                                 f"({', '.join(PRESETS)}): {exc}") from None
     if args.temperature < 0:
         raise SprinterError("--temperature must be >= 0")
-    if args.edits < 0:
-        raise SprinterError("--edits must be >= 0")
+    if args.edits < 0 or args.edit_skip < 0:
+        raise SprinterError("--edits and --edit-skip must be >= 0")
     try:
         edit_kinds = edits.parse_kinds(args.edit_kinds)
     except ValueError as exc:
@@ -149,7 +152,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         presets=presets,
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
-        edit_kinds=edit_kinds, prompt_file=args.prompts, max_tokens=max_tokens,
+        edit_kinds=edit_kinds, edit_skip=args.edit_skip, prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
