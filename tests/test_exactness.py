@@ -80,6 +80,22 @@ def _chisquare_pvalue(counts: Counter, expected: dict[Hashable, float], n: int) 
     return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
 
 
+def _sample_sd(engine: Engine, prompt: list[int], params: SamplingParams, n: int) -> tuple[Counter, Counter]:
+    """`sd` with k = 2 on seeds 0..n-1: counts of each reply's cell and of every origin. A
+    third token after two accepted drafts is always the bonus row's."""
+    counts: Counter = Counter()
+    seen: Counter = Counter()
+    for seed in range(n):
+        gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
+        gen.ctx.draft_len = 2
+        result = gen.consume()
+        counts[_cell(result)] += 1
+        seen.update(result.origins)
+        if result.origins[:2] == [Origin.ACCEPTED, Origin.ACCEPTED] and len(result.origins) == 3:
+            assert result.origins[2] is Origin.BONUS
+    return counts, seen
+
+
 # ---------------------------------------------------------------------------- sd, sampled
 
 
@@ -96,16 +112,7 @@ def test_sd_joint_distribution_of_three_tokens_matches_ar(fixture_engine: Engine
     prompt = engine.encode(PROMPT, chat=False)
     exact = _exact_joint(engine.target, prompt, params, depth=3)
     n = 300
-    counts: Counter = Counter()
-    seen: Counter = Counter()
-    for seed in range(n):
-        gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
-        gen.ctx.draft_len = 2
-        result = gen.consume()
-        counts[_cell(result)] += 1
-        seen.update(result.origins)
-        if result.origins[:2] == [Origin.ACCEPTED, Origin.ACCEPTED] and len(result.origins) == 3:
-            assert result.origins[2] is Origin.BONUS
+    counts, seen = _sample_sd(engine, prompt, params, n)
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
     # every path of the algorithm ran, often enough to weigh in the statistic
     assert seen[Origin.BONUS] >= 20 and seen[Origin.RESAMPLED] >= 100 and seen[Origin.ACCEPTED] >= 100, seen
@@ -407,14 +414,7 @@ def test_sd_joint_distribution_with_penalties_matches_the_penalised_target(
     tv = 0.5 * sum(abs(exact.get(c, 0.0) - plain.get(c, 0.0)) for c in set(exact) | set(plain))
     assert tv > 0.25, tv
     n = 300
-    counts: Counter = Counter()
-    seen: Counter = Counter()
-    for seed in range(n):
-        gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
-        gen.ctx.draft_len = 2
-        result = gen.consume()
-        counts[_cell(result)] += 1
-        seen.update(result.origins)
+    counts, seen = _sample_sd(engine, prompt, params, n)
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
     assert seen[Origin.RESAMPLED] >= 20 and seen[Origin.ACCEPTED] >= 20, seen
 
