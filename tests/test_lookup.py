@@ -50,6 +50,20 @@ def test_suffix_index_finds_the_longest_earlier_match() -> None:
     assert index.seq == [8, 8, 8] and index.match() == (0, 0)
 
 
+def test_anchor_resumes_the_copy_after_an_edit() -> None:
+    index = SuffixIndex()
+    # source: f ( x , y ) : ...; the reply copied "f ( x", then wrote ": int" (the edit) and ","
+    #        0  1  2  3  4  5  6   7   8  9 10 11 12 13
+    index.extend([5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 20, 21, 8])
+    assert index.match() == (0, 0)  # "20 21 8" never occurred: no fresh match yet
+    end = index.anchor(3)  # the copy stood at 3 (the "," the reply replaced)
+    assert end == 4 and index.seq[end:end + 2] == [9, 10]  # resume after the source's ","
+    assert index.anchor(3, window=1) == 4
+    assert index.anchor(4) == 0  # no "," within the window from 4
+    index.extend(index.seq + [9])  # the last two (8, 9) agree with the source at 3-4
+    assert index.anchor(0) == 5
+
+
 def test_pricing_follows_the_measured_curve_and_declines_what_does_not_pay() -> None:
     # compute-bound CPU: every row costs about 20 ms, one step 40 ms, and 16 rows take a
     # faster path than 12

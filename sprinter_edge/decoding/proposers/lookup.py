@@ -11,6 +11,12 @@ monotone: a call of 16 tokens can be cheaper than one of 12) and proposes nothin
 beats a plain step. `a` is learned per length of the match (a longer match is a safer copy)
 and kept across replies of the same kind of request.
 
+After a departure (the target wrote something other than the copy: the edit) the reply
+usually resumes copying a few source tokens later, but a fresh match needs MIN_MATCH tokens of
+agreement first. The proposer keeps where its copy stood in the source and re-anchors there:
+the reply's last token (two where they agree) found within ANCHOR_WINDOW tokens after that
+point continues the copy at once. Anchored proposals keep acceptance evidence of their own.
+
 Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
 cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
 place; the target then scores only what survived. The cut is a deterministic function of the
@@ -39,6 +45,9 @@ BUCKETS = (3, 4, 6, 10, 16)  # match-length buckets of the acceptance evidence
 PRIOR = (0.55, 0.7, 0.85, 0.92, 0.96)  # prior per-token acceptance per bucket
 PRIOR_WEIGHT = 6.0  # ... worth this many observed tokens
 MEMORY = 400.0  # evidence per bucket is capped so a new kind of reply is learned quickly
+ANCHOR_WINDOW = 8  # after a departure the copy resumes within this many source tokens
+ANCHOR_PRIOR = 0.7  # prior per-token acceptance of an anchored proposal (lower: never tried)
+ANCHOR = len(BUCKETS)  # the anchored proposals' evidence slot
 
 
 def bucket_of(match: int) -> int:
@@ -54,8 +63,9 @@ class LookupEvidence:
     """Per-token acceptance of copied spans, per match-length bucket (a geometric model:
     each proposed token is accepted with probability a once the ones before it were)."""
 
-    accepted: list[float] = field(default_factory=lambda: [p * PRIOR_WEIGHT for p in PRIOR])
-    stopped: list[float] = field(default_factory=lambda: [(1 - p) * PRIOR_WEIGHT for p in PRIOR])
+    accepted: list[float] = field(default_factory=lambda: [p * PRIOR_WEIGHT for p in (*PRIOR, ANCHOR_PRIOR)])
+    stopped: list[float] = field(default_factory=lambda: [(1 - p) * PRIOR_WEIGHT
+                                                          for p in (*PRIOR, ANCHOR_PRIOR)])
 
     def rate(self, b: int) -> float:
         return self.accepted[b] / (self.accepted[b] + self.stopped[b])
@@ -141,32 +151,57 @@ class SuffixIndex:
                     break
         return best_len, best_end
 
+    def anchor(self, source: int, window: int | None = None) -> int:
+        """Where a copy that stood at `source` resumes: just past the first occurrence of the
+        sequence's last token (preferring its last two) in the `window` tokens from `source`;
+        0 if none."""
+        s = self.seq
+        best, best_len = 0, 0
+        window = ANCHOR_WINDOW if window is None else window
+        for j in range(source, min(source + window, len(s) - 2)):
+            if s[j] != s[-1]:
+                continue
+            agree = 2 if j > 0 and s[j - 1] == s[-2] else 1
+            if agree > best_len:
+                best, best_len = j + 1, agree
+                if agree == 2:
+                    break
+        return best
+
 
 class PromptLookup(Proposer):
     """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs)."""
 
     name = "lookup"
 
-    def __init__(self, evidence: LookupEvidence | None = None, *, stage: bool | None = False):
+    def __init__(self, evidence: LookupEvidence | None = None, *, stage: bool | None = False,
+                 anchor: bool = True):
         self.evidence = evidence if evidence is not None else LookupEvidence()
         self.stage = stage
+        self.anchor = anchor
         self.uses_draft = stage is not False
         self.index = SuffixIndex()
-        self._bucket = self._span = self._cut = 0
+        self._bucket = self._span = self._cut = self._end = 0
+        self._source: int | None = None  # where the last copy stood in the source
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex()
         self.index.extend(prompt)
+        self._source = None
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.index.extend(seq)
         match, end = self.index.match()
+        b = bucket_of(match)
+        if not match and self.anchor and self._source is not None:
+            end, b = self.index.anchor(self._source), ANCHOR
+            match = MIN_MATCH if end else 0  # an anchor is worth a short match's span
         if not match:
             return Proposal()
         follow = self.index.seq[end:end + min(MAX_PROPOSAL, SPEC_FACTOR * match, max(ctx.remaining - 1, 0))]
         if not follow:
             return Proposal()
-        b = self._bucket = bucket_of(match)
+        self._bucket, self._end = b, end
         a = self.evidence.rate(b)
         planner = ctx.planner
         assert planner is not None, "prompt lookup prices proposals with this machine's costs"
@@ -207,7 +242,9 @@ class PromptLookup(Proposer):
             return
         ctx.stats.lookup_accepted += accepted
         if proposal.source == "lookup":
+            copied = accepted
             self.evidence.add(self._bucket, accepted, stopped=accepted < len(proposal))
         else:  # staged: the draft's agreement stands in for the target's on the cut part
             copied = min(self._cut, accepted)
             self.evidence.add(self._bucket, copied, stopped=copied < self._span)
+        self._source = self._end + copied  # the first source token the reply did not copy
