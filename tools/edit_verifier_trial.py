@@ -88,7 +88,7 @@ def judge(scores: np.ndarray, y: np.ndarray, tasks: np.ndarray, threshold: float
     passed_wrong = (scores >= threshold) & y
     names = np.unique(tasks)
     clean = sum(not passed_wrong[tasks == t].any() for t in names)
-    return {"threshold": round(float(threshold), 4),
+    return {"threshold": round(float(threshold), 7),  # the scores saturate: 4 digits are too few
             "flag_share": round(float(np.mean(scores < threshold)), 3),
             "false_passes": int(passed_wrong.sum()), "tasks_reproduced": f"{clean}/{len(names)}"}
 
