@@ -70,7 +70,7 @@ def _chisquare_pvalue(counts: Counter, expected: dict[Hashable, float], n: int) 
     outside = {cell: c for cell, c in counts.items() if cell not in expected}
     assert not outside, f"outcomes the exact distribution gives probability 0: {outside}"
     cells = sorted(expected, key=lambda c: -expected[c])
-    exp = np.array([expected[c] * n for c in cells])
+    exp = np.array([float(expected[c]) * n for c in cells], np.float64)  # cells may be float32
     obs = np.array([counts.get(c, 0) for c in cells], float)
     big = exp >= 5
     assert big.sum() >= 3, "too few well-filled cells for a meaningful test"
@@ -309,7 +309,7 @@ def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> 
         for x2 in np.flatnonzero(second):
             cell = (x1, EOG if eog[x2] else int(x2))
             exact[cell] = exact.get(cell, 0.0) + float(second[x2])
-    assert abs(sum(exact.values()) - 1) < 1e-9
+    assert abs(sum(exact.values()) - 1) < 1e-6  # float32 distributions: normalised to ~1e-7
 
     n = 600
     counts: Counter = Counter()
