@@ -101,6 +101,7 @@ class Engine:
         self._draft: LlamaModel | None = None
         self._verifier: Verifier | None = None
         self._warned_edit = False  # sprinter on an edit request is warned about once
+        self._warned_thresholds: set[tuple[str, float]] = set()
         self._planner: Planner | None = None
 
     # ------------------------------------------------------------------ construction
@@ -315,6 +316,7 @@ class Engine:
             domain = prompt_domain(request)
             regime = "greedy" if params.greedy else "sampled"
             ctx.threshold = self.threshold(point, ctx.verifier, domain, regime)
+            self._warn_unreachable(ctx.verifier, ctx.threshold)
             ctx.stats.verifier = ctx.verifier.name
             ctx.stats.domain = domain
             ctx.stats.threshold = ctx.threshold
@@ -327,6 +329,15 @@ class Engine:
                 + (" (it may run sprinter at the operating point given)" if strategy.name == "auto" else ""))
         return Generation(strategy, ctx, tokens, stop=params.stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
+
+    def _warn_unreachable(self, verifier: Verifier, threshold: float) -> None:
+        """Once per verifier and threshold: a threshold no score reaches flags every token."""
+        top = verifier.highest_score()
+        if top is None or threshold <= top or (verifier.name, threshold) in self._warned_thresholds:
+            return
+        self._warned_thresholds.add((verifier.name, threshold))
+        log.warning("threshold %g is above the highest score verifier %s gives (%.6f): every "
+                    "drafted token goes to the target", threshold, verifier.name, top)
 
     def generate(
         self,

@@ -333,3 +333,35 @@ def test_shipped_verifier_table_loads_without_drift_columns(capsys: pytest.Captu
     assert main(["verifier", "calibrate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "drift from the target per token" in out and "TV bound" not in out
+
+
+def test_shipped_verifier_knows_its_highest_score() -> None:
+    """The max-prob verifier's scores lie in a narrow band: a threshold of 0.977 is above every
+    score it gives (session 6 ran one by mistake: every token flagged)."""
+    from sprinter_edge.catalog.registry import load_registry
+
+    path = load_registry().pair("default").verifier_path()
+    if path is None or not Path(path).exists():
+        pytest.skip("no shipped verifier for the default pair")
+    ver = OnnxVerifier(path)
+    top = ver.highest_score()
+    assert top is not None and 0.97 < top < 0.98
+    assert float(ver.score_matrix(np.array([[1.0]]))[0]) == pytest.approx(top, abs=1e-6)
+    assert float(ver.score_matrix(np.array([[0.9]]))[0]) < top
+
+
+def test_an_unreachable_threshold_is_warned_about(fixture_engine, caplog: pytest.LogCaptureFixture) -> None:
+    class Capped(Confidence):
+        def score(self, features: DraftFeatures) -> float:
+            return min(features.max_prob, 0.5)
+
+        def highest_score(self) -> float | None:
+            return 0.5
+
+    with caplog.at_level("WARNING", logger="sprinter_edge.api"):
+        for _ in range(2):
+            result = fixture_engine.generate("Write a haiku about rain.", SamplingParams(max_tokens=6),
+                                             method="sprinter", verifier=Capped(),
+                                             operating_point=OperatingPoint(threshold=0.6))
+    warned = [r for r in caplog.records if "above the highest score" in r.getMessage()]
+    assert len(warned) == 1 and result.stats.kept == 0  # warned once; nothing passes

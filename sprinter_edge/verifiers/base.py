@@ -118,5 +118,10 @@ class Verifier(ABC):
     @abstractmethod
     def score(self, features: DraftFeatures) -> float: ...
 
+    def highest_score(self) -> float | None:
+        """The highest score this verifier can give, where it is known (None: not known): a
+        threshold above it flags every drafted token."""
+        return None
+
     def check_pair(self, draft: object, target: object) -> None:  # noqa: B027
         """Raise VerifierError when this verifier was made for another pair."""
