@@ -14,21 +14,18 @@ presets. Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
+from edit_replies import parser, setup
 
-from sprinter_edge import Engine, Hardware
-from sprinter_edge.bench.edits import edit_prompts
+from sprinter_edge import Engine
 from sprinter_edge.decoding.proposers.lookup import SuffixIndex
 from sprinter_edge.numerics import confidence
 from sprinter_edge.verifiers.base import DraftFeatures
 from sprinter_edge.verifiers.calibration import PRESETS
 
-log = logging.getLogger("edit_departures")
 CHUNK = 256  # logits rows per draft decode
 
 
@@ -43,32 +40,17 @@ def draft_rows(engine: Engine, prompt: list[int], reply: list[int]) -> np.ndarra
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("bench_json", type=Path, help="bench.json of a run with --edits and an ar row")
-    ap.add_argument("--pair", default="default", help="the pair the bench ran")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    ap = parser(__doc__)
     ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    data = json.loads(args.bench_json.read_text())
-    runs = {r["prompt_id"]: r for r in data["runs"] if r["method"] == "ar" and r["prompt_kind"] == "edit"}
-    prompts = {p.id: p for p in edit_prompts(max(len(runs), 1) * 4)}
-    engine = Engine.from_pair(args.pair, offline=True, method="sprinter",
-                              hardware=Hardware(n_threads=args.threads, n_ctx=4096))
+    _, replies, engine = setup(args, "sprinter")
     engine.load()
     verifier = engine.verifier
     thresholds = {p: verifier.threshold_for(p, "code", "greedy") for p in PRESETS}
     at_departure: list[dict] = []
     elsewhere_conf: list[float] = []
-    for pid, run in runs.items():
-        if pid not in prompts:
-            log.warning("task %s is not among the built tasks: skipped", pid)
-            continue
-        prompt, reply = engine.encode(prompts[pid].text), list(run["tokens"])
-        if not reply:
-            continue
+    for r in replies:
+        pid, prompt, reply = r.task, engine.encode(r.text), r.reply
         rows = draft_rows(engine, prompt, reply)
         index = SuffixIndex()
         for i, token in enumerate(reply):
@@ -82,13 +64,13 @@ def main() -> int:
                 continue
             score = verifier.score(DraftFeatures(hidden=None, logits=row, token=int(np.argmax(row)),
                                                  run_position=0, output_position=i, temperature=0.0))
-            at_departure.append({"task": pid, "kind": prompts[pid].problem["kind"], "position": i,
+            at_departure.append({"task": pid, "kind": r.kind, "position": i,
                                  "match": match, "max_prob": round(conf, 4), "score": round(score, 4),
                                  "draft_copies": int(np.argmax(row)) == copy,
                                  "draft_right": int(np.argmax(row)) == token})
     n = len(at_departure)
     summary = {
-        "tasks": len(runs), "departures": n,
+        "tasks": len(replies), "departures": n,
         "draft_copies_share": sum(d["draft_copies"] for d in at_departure) / max(n, 1),
         "draft_right_share": sum(d["draft_right"] for d in at_departure) / max(n, 1),
         "median_max_prob_at_departures":

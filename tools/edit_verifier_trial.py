@@ -22,25 +22,22 @@ trajectories); and the guard (the shipped score, every drafted copy flagged). Us
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
+from edit_replies import parser, setup
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from sprinter_edge import Engine, Hardware
-from sprinter_edge.bench.edits import edit_prompts
+from sprinter_edge import Engine
 from sprinter_edge.decoding.proposers.lookup import SuffixIndex
 from sprinter_edge.numerics import confidence
 from sprinter_edge.verifiers.base import DraftFeatures
 from sprinter_edge.verifiers.calibration import PRESETS
 from sprinter_edge.verifiers.loading import resolve_verifier
 
-log = logging.getLogger("edit_verifier_trial")
 CHUNK = 256  # rows per draft decode
 FLAG_SHARES = (0.1, 0.25, 0.5)  # flag budgets (share of reply tokens sent to the target)
 COPY_FEATURES = ("offer", "draft_copies", "log_match", "log_run", "divergence")
@@ -104,28 +101,17 @@ def zero_fp_threshold(scores: np.ndarray, y: np.ndarray) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("bench_json", type=Path, help="bench.json of a run with --edits and an ar row")
-    ap.add_argument("--pair", default="default", help="the pair the bench ran")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    ap = parser(__doc__)
     ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    data = json.loads(args.bench_json.read_text())
-    runs = {r["prompt_id"]: r for r in data["runs"] if r["method"] == "ar" and r["prompt_kind"] == "edit"}
-    prompts = {p.id: p for p in edit_prompts(max(len(runs), 1) * 4)}
-    engine = Engine.from_pair(args.pair, offline=True, method="sprinter",
-                              hardware=Hardware(n_threads=args.threads, n_ctx=4096))
+    _, replies, engine = setup(args, "sprinter")
     engine.load()
     verifiers = {"logits": engine.verifier,
                  "hidden": resolve_verifier("hidden", engine.pair, engine.draft, engine.target)}
     presets = {p: engine.verifier.threshold_for(p, "code", "greedy") for p in PRESETS}
     rows: list[dict] = []
-    for pid, run in runs.items():
-        if pid in prompts and run["tokens"]:
-            rows += positions(engine, verifiers, pid, engine.encode(prompts[pid].text), list(run["tokens"]))
+    for r in replies:
+        rows += positions(engine, verifiers, r.task, engine.encode(r.text), r.reply)
     engine.close()
 
     y = np.array([r["y"] for r in rows])

@@ -14,14 +14,9 @@ bench's `time_split` puts 99.7% of lookup's decode there). Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-from pathlib import Path
+from edit_replies import parser, setup
 
-from sprinter_edge import Engine, Hardware
 from sprinter_edge.backend.llama import common_prefix
-from sprinter_edge.bench.edits import edit_prompts
 from sprinter_edge.decoding.base import DecodeContext, Stats
 from sprinter_edge.decoding.proposers import lookup
 from sprinter_edge.decoding.proposers.lookup import PromptLookup
@@ -29,7 +24,6 @@ from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 from sprinter_edge.planning.costs import CostTable, machine_costs
 from sprinter_edge.planning.planner import Planner
 
-log = logging.getLogger("lookup_replay")
 # name: (the proposer's options, the lookup module's constants)
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "shipped": ({}, {}),
@@ -86,23 +80,12 @@ def bottleneck(target: CostTable, total_ms: float, tokens: int, plain: int, rows
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("bench_json", type=Path, help="bench.json of a run with --edits and an ar row")
-    ap.add_argument("--pair", default="default", help="the pair the bench ran")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads (the cost table's)")
+    ap = parser(__doc__)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"from: {', '.join(VARIANTS)}")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    data = json.loads(args.bench_json.read_text())
-    runs = [r for r in data["runs"] if r["method"] == "ar" and r["prompt_kind"] == "edit"]
+    data, replies, engine = setup(args, "lookup")
     measured = {r["prompt_id"]: r for r in data["runs"] if r["method"] == "lookup"}
-    prompts = {p.id: p for p in edit_prompts(max(len(runs), 1) * 4)}
-    engine = Engine.from_pair(args.pair, offline=True, method="lookup",
-                              hardware=Hardware(n_threads=args.threads, n_ctx=4096))
-    encoded = [(r["prompt_id"], engine.encode(prompts[r["prompt_id"]].text), list(r["tokens"]))
-               for r in runs if r["prompt_id"] in prompts and r["tokens"]]
+    encoded = [(r.task, engine.encode(r.text), r.reply) for r in replies]
     target = machine_costs(engine.target)
     engine.close()
     tokens = sum(len(reply) for _, _, reply in encoded)

@@ -1,0 +1,62 @@
+"""What the edit-analysis tools share: the command line over a bench.json, `ar`'s replies to its
+edit tasks, and the engine over the pair the bench ran (tools/edit_departures.py,
+tools/edit_verifier_trial.py, tools/lookup_replay.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sprinter_edge import Engine, Hardware
+from sprinter_edge.bench.edits import edit_prompts
+
+log = logging.getLogger("edit_replies")
+
+
+@dataclass(frozen=True)
+class EditReply:
+    task: str  # the edit task's id
+    kind: str  # its edit kind
+    text: str  # the request as the bench sent it
+    reply: list[int]  # ar's reply, token ids
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The tools' common arguments: a bench.json, the pair, the threads."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("bench_json", type=Path, help="bench.json of a run with --edits and an ar row")
+    ap.add_argument("--pair", default="default", help="the pair the bench ran")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    return ap
+
+
+def ar_replies(data: dict) -> list[EditReply]:
+    """`ar`'s non-empty replies to the edit tasks of a bench.json, in its order."""
+    runs = [r for r in data["runs"] if r["method"] == "ar" and r["prompt_kind"] == "edit"]
+    n = max(len(runs), 1) * 4
+    while True:  # the tasks may lie past the first ones (--edit-skip): build until all are found
+        prompts = {p.id: p for p in edit_prompts(n)}
+        if all(r["prompt_id"] in prompts for r in runs) or len(prompts) < n:
+            break
+        n *= 2
+    out = []
+    for r in runs:
+        if r["prompt_id"] not in prompts:
+            log.warning("task %s is not among the built tasks: skipped", r["prompt_id"])
+        elif r["tokens"]:
+            p = prompts[r["prompt_id"]]
+            out.append(EditReply(p.id, p.problem["kind"], p.text, list(r["tokens"])))
+    return out
+
+
+def setup(args: argparse.Namespace, method: str) -> tuple[dict, list[EditReply], Engine]:
+    """Logging, the bench.json, ar's edit replies and an engine for `method` over the pair."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    data = json.loads(args.bench_json.read_text())
+    engine = Engine.from_pair(args.pair, offline=True, method=method,
+                              hardware=Hardware(n_threads=args.threads, n_ctx=4096))
+    return data, ar_replies(data), engine
