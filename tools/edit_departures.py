@@ -15,7 +15,6 @@ presets. Usage:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 from edit_replies import parser, setup
@@ -40,9 +39,7 @@ def draft_rows(engine: Engine, prompt: list[int], reply: list[int]) -> np.ndarra
 
 
 def main() -> int:
-    ap = parser(__doc__)
-    ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
-    args = ap.parse_args()
+    args = parser(__doc__, out=True).parse_args()
     _, replies, engine = setup(args, "sprinter")
     engine.load()
     verifier = engine.verifier

@@ -24,13 +24,15 @@ class EditReply:
     reply: list[int]  # ar's reply, token ids
 
 
-def parser(doc: str) -> argparse.ArgumentParser:
-    """The tools' common arguments: a bench.json, the pair, the threads."""
+def parser(doc: str, *, out: bool = False) -> argparse.ArgumentParser:
+    """The tools' common arguments: a bench.json, the pair, the threads (and --out)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("bench_json", type=Path, help="bench.json of a run with --edits and an ar row")
     ap.add_argument("--pair", default="default", help="the pair the bench ran")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    if out:
+        ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     return ap
 
 

@@ -23,7 +23,6 @@ trajectories); and the guard (the shipped score, every drafted copy flagged). Us
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 from edit_replies import parser, setup
@@ -101,9 +100,7 @@ def zero_fp_threshold(scores: np.ndarray, y: np.ndarray) -> float:
 
 
 def main() -> int:
-    ap = parser(__doc__)
-    ap.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
-    args = ap.parse_args()
+    args = parser(__doc__, out=True).parse_args()
     _, replies, engine = setup(args, "sprinter")
     engine.load()
     verifiers = {"logits": engine.verifier,
