@@ -37,6 +37,7 @@ from .tools import (
     ToolStream,
     forced_prefix,
     needs_tool_rendering,
+    parse_reply,
     render_messages,
     template_support,
 )
@@ -311,14 +312,12 @@ def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None
             calls = []
             if mode != "off":
                 try:
-                    parsed = ToolStream(forced=forced, prefix=prefix, names=bare_names)
-                    events = parsed.feed(result.text) + parsed.finish()
+                    parsed = parse_reply(result.text, forced=forced, prefix=prefix, names=bare_names)
                 except ToolCallError as exc:
                     raise ApiError(500, f"generation failed: {exc}", type_="server_error") from None
                 calls = parsed.calls
                 if calls:
-                    content = "".join(v for k, v in events if k == "content").strip()
-                    message = {"role": "assistant", "content": content or None,
+                    message = {"role": "assistant", "content": parsed.content,
                                "tool_calls": [c.to_openai() for c in calls]}
             return {**base, "choices": [{
                 "index": 0, "message": message, "finish_reason": finish_of(result, bool(calls)),

@@ -90,7 +90,7 @@ def render_messages(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str
                     support: Support) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """OpenAI messages (role, content text, tool_calls, tool_call_id) -> the messages and the
     tools to hand the chat template. `tools` None: the template is not told of any tool."""
-    if support == "unsupported" and (tools or any(_tool_related(m) for m in messages)):
+    if support == "unsupported" and (tools or needs_tool_rendering(messages)):
         raise ToolError("this model's chat template has a tool-call format of its own; the "
                         "server reads the <tool_call> convention (Hermes, Qwen2.5) only")
     if support == "native":
