@@ -100,8 +100,7 @@ class Engine:
         self._target: LlamaModel | None = None
         self._draft: LlamaModel | None = None
         self._verifier: Verifier | None = None
-        self._warned_edit = False  # sprinter on an edit request is warned about once
-        self._warned_thresholds: set[tuple[str, float]] = set()
+        self._warned: set[tuple[object, ...]] = set()  # what `_warn_once` has said
         self._planner: Planner | None = None
 
     # ------------------------------------------------------------------ construction
@@ -306,17 +305,21 @@ class Engine:
         if asked and strategy.name == "auto" and not ctx.approximate_ok:
             log.info("%s request: auto keeps to exact plans whatever the operating point "
                      "(SPRINTER skips edits)", ctx.kind)
-        if strategy.name in ("sprinter", "guarded") and ctx.kind in EXACT_KINDS and not self._warned_edit:
-            self._warned_edit = True
-            log.warning("%s on an edit request: measured to skip requested changes (6/20 edits "
-                        "done at the quality preset where ar did 18/20); auto or lookup is exact "
-                        "and faster there", strategy.name)
+        if strategy.name in ("sprinter", "guarded") and ctx.kind in EXACT_KINDS:
+            self._warn_once(("edit",), "%s on an edit request: measured to skip requested changes "
+                            "(6/20 edits done at the quality preset where ar did 18/20); auto or "
+                            "lookup is exact and faster there", strategy.name)
         if strategy.needs_verifier and draft is not None and ctx.approximate_ok:
             ctx.verifier = verifier or self.verifier
             domain = prompt_domain(request)
             regime = "greedy" if params.greedy else "sampled"
             ctx.threshold = self.threshold(point, ctx.verifier, domain, regime)
-            self._warn_unreachable(ctx.verifier, ctx.threshold)
+            top = ctx.verifier.highest_score()
+            if top is not None and ctx.threshold > top:
+                self._warn_once(("threshold", ctx.verifier.name, ctx.threshold),
+                                "threshold %g is above the highest score verifier %s gives (%.6f): "
+                                "every drafted token goes to the target",
+                                ctx.threshold, ctx.verifier.name, top)
             ctx.stats.verifier = ctx.verifier.name
             ctx.stats.domain = domain
             ctx.stats.threshold = ctx.threshold
@@ -330,14 +333,11 @@ class Engine:
         return Generation(strategy, ctx, tokens, stop=params.stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
 
-    def _warn_unreachable(self, verifier: Verifier, threshold: float) -> None:
-        """Once per verifier and threshold: a threshold no score reaches flags every token."""
-        top = verifier.highest_score()
-        if top is None or threshold <= top or (verifier.name, threshold) in self._warned_thresholds:
-            return
-        self._warned_thresholds.add((verifier.name, threshold))
-        log.warning("threshold %g is above the highest score verifier %s gives (%.6f): every "
-                    "drafted token goes to the target", threshold, verifier.name, top)
+    def _warn_once(self, key: tuple[object, ...], message: str, *args: object) -> None:
+        """A warning this engine gives once per `key`, however many requests earn it."""
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
 
     def generate(
         self,

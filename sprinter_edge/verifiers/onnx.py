@@ -99,6 +99,7 @@ class OnnxVerifier(Verifier):
             raise VerifierError(f"{self.path}: the model reads {declared} features but its layout "
                                 f"{list(self.layout)} with n_embd={self.n_embd} gives {width}")
         self.width = width
+        self._highest: float | None = None  # highest_score, computed once
         outputs = [o.name for o in self._session.get_outputs()]
         self._output = "probabilities" if "probabilities" in outputs else outputs[-1]
         if not 0 < self.default_threshold <= 1:
@@ -145,7 +146,9 @@ class OnnxVerifier(Verifier):
         too high flags everything."""
         if self.layout != ("max_prob",):
             return None
-        return float(self.score_matrix(np.linspace(0.0, 1.0, 1001)[:, None]).max())
+        if self._highest is None:  # asked on every SPRINTER request: one ONNX run per file
+            self._highest = float(self.score_matrix(np.linspace(0.0, 1.0, 1001)[:, None]).max())
+        return self._highest
 
     def score_matrix(self, x: np.ndarray) -> np.ndarray:
         """P(accept) for rows of features laid out as `self.layout`."""
