@@ -83,8 +83,6 @@ def writing(path: Path, needed: int | None) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if isinstance(exc, DiskError):  # pragma: no cover - DiskError is not an OSError
-            raise
         raise disk_error(path, exc, needed) from exc
 
 

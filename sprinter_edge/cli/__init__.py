@@ -6,9 +6,10 @@ import argparse
 import errno
 import importlib
 import sys
+from pathlib import Path
 
 from .. import __version__
-from ..errors import DiskError, SprinterError
+from ..errors import SprinterError
 from .common import setup_logging
 from .extras import from_import_error
 
@@ -58,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a full disk that no writer turned into a DiskError
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        where = f" writing {exc.filename}" if exc.filename else ""
-        print(f"sprinter-edge: error: the disk is full{where}: {exc.strerror}", file=sys.stderr)
-        return DiskError.exit_code
+        from ..catalog.store import disk_error
+        from ..resources import cache_dir
+
+        error = disk_error(Path(exc.filename) if exc.filename else cache_dir(), exc, None)
+        print(f"sprinter-edge: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
