@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"sprinter-edge: error: {error}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:  # (an OSError: before the clause below)
+        return 0
     except OSError as exc:  # a full disk that no writer turned into a DiskError
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -68,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":
