@@ -150,3 +150,16 @@ def test_late_optional_import_is_one_line(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cli, "build_parser", lambda: _parser_importing("no_such_module_xyz"))
     with pytest.raises(ModuleNotFoundError):
         cli.main([])
+
+
+def test_a_reader_that_stops_early_is_no_traceback() -> None:
+    """`sprinter-edge doctor | head -1`: the closed pipe ends the command quietly (a
+    BrokenPipeError is an OSError: it must not reach the disk-full clause, which re-raises)."""
+    proc = subprocess.Popen([sys.executable, "-m", "sprinter_edge", "doctor", "--no-timing"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("sprinter-edge")
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
