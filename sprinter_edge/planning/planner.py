@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..decoding.run_policy import RunPolicy
 from .costs import CostTable
 
 SD_DRAFT_LENS = (1, 2, 3, 4, 5, 6, 8)
@@ -151,13 +152,10 @@ class Planner:
         if method == "sprinter":
             f = min(max(self.flag_rate.value, 1e-3), 1.0)
             acc = self.flagged_accept.value
-            cap = run_cap or 64
             draft_ms = target_ms = tokens = batch = 0.0
-            # L tokens kept, then one verified (flagged, or forced at the cap): truncated geometric
-            for kept in range(cap):
-                p = (1 - f) ** kept * (f if kept < cap - 1 else 1.0)
-                if p < 1e-9:
-                    continue
+            # `kept` tokens kept, then one verified (flagged, or forced at the cap), under the
+            # decoder's own run policy (the threshold only matters through f)
+            for kept, p in RunPolicy(0.0, run_cap).run_lengths(f):
                 steps = kept + 1
                 draft_ms += p * (steps * d1 + steps * self.verifier_ms + acc * (d2 - d1))
                 target_ms += p * t.cost(kept + 2, 2)  # pending tokens + the last committed one

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.llama import LlamaModel
+from ..decoding.run_policy import RunPolicy
 from ..decoding.sampling import SamplingParams
 from ..errors import SprinterError
 from ..numerics import confidence, softmax
@@ -176,12 +177,9 @@ def prompt_record(draft: LlamaModel, target: LlamaModel, item: CorpusPrompt, ind
 def simulated_run_position(greedy_ok: np.ndarray, cap: int) -> np.ndarray:
     """Run position under an oracle verifier (a run ends at each disagreement or the cap):
     the run position a verifier sees at run time depends on its own decisions."""
-    out = np.zeros(len(greedy_ok), np.int32)
-    run = 0
-    for i, ok in enumerate(greedy_ok):
-        out[i] = run
-        run = run + 1 if ok and run + 1 < cap else 0
-    return out
+    oracle = RunPolicy(threshold=0.5, run_cap=cap)  # passes exactly the agreeing tokens
+    walked = oracle.walk([1.0 if ok else 0.0 for ok in np.asarray(greedy_ok).tolist()])
+    return np.fromiter((run for _, run in walked), np.int32, len(greedy_ok))
 
 
 def shard_name(k: int) -> str:

@@ -1,8 +1,8 @@
 """Does a verifier that reads the draft's hidden state beat the calibrated confidence rule?
 
 The decision metric is the one that matters at run time: false passes at equal target cost.
-Every candidate's scores are replayed along the collected SPRINTER trajectories exactly like
-`decoding.sprinter.Sprinter` (run counter, run cap, tokens the decoder never scores), each
+Every candidate's scores are replayed along the collected SPRINTER trajectories through the
+decoder's own run policy (`decoding.run_policy`: run counter, run cap, unscored tokens), each
 target call priced by a cost model (milliseconds per catch-up of n tokens). At the confidence
 rule's reference operating points, every other candidate gets the threshold that costs the
 same target milliseconds per token on the same test rows (matching uses no labels), and the
@@ -38,6 +38,7 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler, TargetEncoder
 
+from ..decoding.run_policy import RunPolicy, Verdict
 from ..errors import SprinterError
 from ..verifiers.calibration import DEFAULT_THRESHOLDS, PRESET_MAX_FP
 
@@ -141,13 +142,9 @@ def table_cost(table: Mapping[int, float] | None = None) -> Callable[[float], fl
 
 
 class _Walk:
-    """The rows of a mask in runtime order, ready to be replayed at any threshold.
-
-    Replay is vectorised: between two non-passing rows (flag, unscored token, trajectory
-    start) the passing rows form a stretch that starts at run counter 0, so the run cap
-    calls the target at every cap-th row of the stretch and the row that ends the stretch
-    is called with r = (stretch length mod cap) pending tokens -- exactly the sequential loop
-    of `Sprinter.run`, without the loop."""
+    """The rows of a mask in runtime order, ready to be replayed at any threshold through the
+    decoder's own run policy (decoding/run_policy.py): run counter, run cap, tokens the decoder
+    never scores."""
 
     def __init__(self, data: Mapping[str, np.ndarray], mask: np.ndarray, cap: int | None,
                  cost: Callable[[float], float]) -> None:
@@ -166,8 +163,8 @@ class _Walk:
         self.miss = 1.0 - np.clip(np.asarray(data["accept_prob"], np.float64)[self.rows], 0.0, 1.0)
         self.miss_scored = float(self.miss[self.scored].sum())
         self.groups, self.group = np.unique(np.asarray(data["group"])[self.rows], return_inverse=True)
-        self.pos = np.arange(n)
         self.cap = cap
+        self._starts = self.start.tolist()
         # ms per call of k tokens, k = 0 .. longest possible catch-up (any callable works)
         starts = np.flatnonzero(self.start)
         longest_traj = int(np.max(np.diff(np.append(starts, n)))) if n else 0
@@ -176,26 +173,14 @@ class _Walk:
 
     def replay(self, s: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """(kept, call_ms) per row for scores `s` in walk order: a row is either kept or sent
-        to the target, and call_ms is what that target call costs."""
-        if self.n == 0:
-            return np.zeros(0, bool), np.zeros(0)
-        pas = self.scored & (s >= threshold)
-        pos = self.pos
-        reset = np.where(pas, -1, pos)
-        reset = np.where(self.start & pas, pos - 1, reset)  # a trajectory starts at r = 0
-        last = np.maximum.accumulate(reset)
-        j = pos - last - 1  # a passing row's index in its stretch
-        prev = np.concatenate(([-1], last[:-1]))
-        stretch = np.where(self.start, 0, pos - prev - 1)  # passing rows just before a non-passing one
-        if self.cap is None:
-            at_cap = np.zeros(self.n, bool)
-            r = stretch
-        else:
-            at_cap = pas & ((j + 1) % self.cap == 0)  # r + 1 >= cap: the target catches up
-            r = stretch % self.cap
-        kept = pas & ~at_cap
-        call_ms = np.where(pas, np.where(at_cap, self.lut[(self.cap or 0) + 1], 0.0),
-                           self.lut[np.minimum(r + 2, len(self.lut) - 1)])
+        to the target, and call_ms is what that target call costs (the run's kept tokens, this
+        one and the previous call's bonus token)."""
+        scores = [v if ok else None for v, ok in zip(s.tolist(), self.scored.tolist(), strict=True)]
+        walked = list(RunPolicy(threshold, self.cap).walk(scores, self._starts))
+        verdicts = np.fromiter((v for v, _ in walked), np.int8, self.n)
+        run = np.fromiter((r for _, r in walked), np.int64, self.n)
+        kept = verdicts == Verdict.KEPT
+        call_ms = np.where(kept, 0.0, self.lut[np.minimum(run + 2, len(self.lut) - 1)])
         return kept, call_ms
 
     def totals(self, s: np.ndarray, threshold: float) -> dict[str, float]:

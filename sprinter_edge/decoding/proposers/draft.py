@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ...numerics import confidence
 from ...verifiers.base import DraftFeatures, Verifier
+from ..run_policy import RunPolicy, Verdict
 from .base import Prepared, Proposal, Proposer
 from .lookup import SuffixIndex
 
@@ -87,6 +88,7 @@ class VerifierRun(StopRule):
 
     def __post_init__(self) -> None:
         self.needs_hidden = self.verifier.needs_hidden or self.on_drafted is not None
+        self.policy = RunPolicy(self.threshold, self.run_cap)
         self.begin()
 
     def begin(self) -> None:
@@ -97,36 +99,31 @@ class VerifierRun(StopRule):
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
               context: list[int]) -> int:
         stats, sampler = ctx.stats, ctx.sampler
-        run = drafted - 1  # tokens passed before this one
-        at_cap = self.run_cap is not None and drafted >= self.run_cap
-        scored = not at_cap and not (self.verify_eog and ctx.text_eog(token))
-        features = None
-        if scored or self.on_drafted is not None:
-            features = DraftFeatures(
-                hidden=out.hidden[0] if out.hidden is not None else None,
-                logits=out.logits[0], token=token, run_position=run, output_position=ctx.produced + run,
-                temperature=0.0 if sampler.params.greedy else sampler.params.temperature,
-                since_flag=self.since_flag, last_outcome=self.last_outcome)
-        passed = False
-        if scored:
-            assert features is not None
+        features = DraftFeatures(
+            hidden=out.hidden[0] if out.hidden is not None else None,
+            logits=out.logits[0], token=token, run_position=drafted - 1,
+            output_position=ctx.produced + drafted - 1,
+            temperature=0.0 if sampler.params.greedy else sampler.params.temperature,
+            since_flag=self.since_flag, last_outcome=self.last_outcome)
+
+        def score() -> float:
             t0 = time.perf_counter()
-            passed = self.verifier.score(features) >= self.threshold
+            value = self.verifier.score(features)
             stats.verifier_seconds += time.perf_counter() - t0
-            if passed:
-                self.since_flag += 1
-            else:
-                stats.flags += 1
-                self.since_flag = 0
+            return value
+
+        judged = not (self.verify_eog and ctx.text_eog(token))
+        verdict = self.policy.verdict(drafted, score if judged else None)
+        passed = verdict is Verdict.KEPT
+        if verdict is Verdict.FLAGGED:
+            stats.flags += 1
+            self.since_flag = 0
         else:
             self.since_flag += 1
-            if at_cap:
-                stats.cap_hits += 1
-            else:
-                stats.eog_checks += 1
+            stats.cap_hits += verdict is Verdict.CAPPED
+            stats.eog_checks += verdict is Verdict.UNSCORED
         if self.on_drafted is not None:
-            assert features is not None
-            self.on_drafted(features, scored, passed)
+            self.on_drafted(features, verdict in (Verdict.KEPT, Verdict.FLAGGED), passed)
         if passed and drafted < ctx.remaining:
             return CONTINUE
         self._passed = drafted if passed else drafted - 1  # all passed: the budget ended the run
