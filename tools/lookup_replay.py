@@ -7,7 +7,9 @@ k + 1 rows (k proposed) from the cost table `doctor` measured, a round without a
 plain step. The proposer is the loop's own class (decoding/proposers/lookup.py), fed the same
 sequences the loop feeds it, its evidence kept across the replies as `auto` keeps it. Policy
 variants are the proposer's own options. It predicts time spent in target calls only (the
-bench's `time_split` puts 99.7% of lookup's decode there). Usage:
+bench's `time_split` puts 99.7% of lookup's decode there). It also prints the copy bound: the
+speed of an oracle that copies every continuation seen before and batches every copied token at
+the cheapest cost per row, the most any copying proposer can reach on these replies. Usage:
 
     python tools/lookup_replay.py docs/bench-results-edits.json
 """
@@ -32,9 +34,12 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "anchor-prior-0.8": ({}, {"ANCHOR_PRIOR": 0.8}),
     "anchor-prior-0.9": ({}, {"ANCHOR_PRIOR": 0.9}),
     "anchor-window-16": ({}, {"ANCHOR_PRIOR": 0.8, "ANCHOR_WINDOW": 16}),
-    "min-match-2": ({}, {"MIN_MATCH": 2}),
     "spec-factor-4": ({}, {"SPEC_FACTOR": 4}),
     "max-match-32": ({}, {"MAX_MATCH": 32}),
+    "min-match-2": ({}, {"MIN_MATCH": 2, "BUCKETS": (2, 3, 4, 6, 10, 16),
+                         "PRIOR": (0.4, 0.55, 0.7, 0.85, 0.92, 0.96), "ANCHOR": 6}),
+    "min-match-1": ({}, {"MIN_MATCH": 1, "BUCKETS": (1, 2, 3, 4, 6, 10, 16),
+                         "PRIOR": (0.3, 0.4, 0.55, 0.7, 0.85, 0.92, 0.96), "ANCHOR": 7}),
 }
 
 
@@ -79,6 +84,41 @@ def bottleneck(target: CostTable, total_ms: float, tokens: int, plain: int, rows
             + ", ".join(f"{k} {v / 1000:.1f} s" for k, v in parts.items()))
 
 
+def forced_plain_steps(prompt: list[int], reply: list[int], n: int = lookup.MIN_MATCH) -> int:
+    """One-token target calls no copy can avoid: a reply token is copyable when the n tokens
+    before it occurred earlier in the prompt or the reply followed by it (an oracle that always
+    picks the right earlier occurrence). A run of m tokens none copies costs m - 1 such calls at
+    the least (its first token is the target's own token at the end of the call before)."""
+    seen: set[tuple[int, ...]] = set()
+    seq = list(prompt)
+    for end in range(n + 1, len(seq) + 1):
+        seen.add(tuple(seq[end - n - 1:end]))
+    forced, run = 0, 0
+    for token in reply:
+        gram = tuple(seq[-n:]) + (token,) if len(seq) >= n else None
+        if gram is not None and gram in seen:
+            run = 0
+        else:
+            forced += run > 0  # the second and later tokens of a novel run
+            run += 1
+        seq.append(token)
+        if len(seq) > n:
+            seen.add(tuple(seq[-n - 1:]))
+    return forced
+
+
+def copy_bound(target: CostTable, encoded: list[tuple[str, list[int], list[int]]], n: int) -> str:
+    """The fastest any exact decoding that proposes copies can be: the forced plain steps at
+    c(1) each and every other token one row of the cheapest call per row."""
+    best_n = min(range(2, 33), key=lambda k: target.all_rows(k) / k)
+    floor = target.all_rows(best_n) / best_n
+    tokens = sum(len(reply) for _, _, reply in encoded)
+    forced = sum(forced_plain_steps(prompt, reply, n) for _, prompt, reply in encoded)
+    ms = forced * target.cost(1) + (tokens - forced) * floor
+    return (f"copy bound (an oracle copying every {n}-gram continuation seen before): {forced} forced "
+            f"one-token calls, {tokens / ms * 1000:.1f} tok/s at best ({ms / 1000:.1f} s)")
+
+
 def main() -> int:
     ap = parser(__doc__)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"from: {', '.join(VARIANTS)}")
@@ -111,6 +151,8 @@ def main() -> int:
         print(f"{name:>18}: {tokens / total * 1000:.1f} tok/s predicted ({total / 1000:.1f} s), "
               f"{calls} target calls ({plain} plain steps), {rows} rows for {tokens} tokens")
         print("                    " + bottleneck(target, total, tokens, plain, rows))
+    for n in (lookup.MIN_MATCH, 1):
+        print(copy_bound(target, encoded, n))
     return 0
 
 
