@@ -121,6 +121,20 @@ def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: P
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_bench_with_a_target_alone(fixture_target_path: Path, tmp_path: Path) -> None:
+    """One model: the rows that draft are left out with one note, the rest run (auto among
+    ar and lookup), and nothing asks for a draft or a verifier."""
+    out = tmp_path / "bench"
+    rc = main(["bench", "--target", str(fixture_target_path), "--quick", "--threads", "2",
+               "--methods", "ar,auto,lookup,sd,sprinter,llama-cpp-draft", "--humaneval", "0", "--chat", "1",
+               "--no-warmup", "--no-peers", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert [r["kind"] for r in data["rows"]] == ["ar", "auto", "lookup"]
+    assert "no draft model: sd, sprinter skipped" in data["notes"]  # --no-peers took the peer row
+    assert data["config"]["draft"] is None and data["rows"][1]["predicted_tps"] > 0
+
+
 class _Rows:
     """A stand-in model whose `sync` returns fixed logits (one row per position)."""
 

