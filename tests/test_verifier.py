@@ -350,6 +350,32 @@ def test_shipped_verifier_knows_its_highest_score() -> None:
     assert float(ver.score_matrix(np.array([[0.9]]))[0]) < top
 
 
+def test_a_monotone_verifier_decides_by_max_prob_outside_its_band() -> None:
+    """The shipped verifier reads the max probability alone and rises along it: outside a band
+    of 2e-5 around its cut the max probability decides, and those decisions are the model's
+    (run one row at a time, as the decoder runs it)."""
+    from sprinter_edge.catalog.registry import load_registry
+
+    path = load_registry().pair("default").verifier_path()
+    if path is None or not Path(path).exists():
+        pytest.skip("no shipped verifier for the default pair")
+    ver = OnnxVerifier(path)
+    rng = np.random.default_rng(0)
+    for threshold in (0.9, 0.9766, ver.default_threshold):
+        band = ver.max_prob_band(threshold)
+        assert band is not None and 0.0 < band[0] < band[1] < 1.0 and band[1] - band[0] < 1e-4
+        cut = (band[0] + band[1]) / 2
+        m = np.concatenate([rng.uniform(0.0, 1.0, 2_000), cut + np.linspace(-2e-5, 2e-5, 401)])
+        outside = (m < band[0]) | (m >= band[1])
+        by_model = np.array([ver.score_matrix(np.array([[x]]))[0] >= threshold for x in m])
+        assert np.array_equal(by_model[outside], m[outside] >= band[1])
+        assert outside.sum() > 2_000 and (~outside).sum() > 100
+    assert ver.max_prob_band(ver.highest_score() + 1e-4) == (2.0, 2.0)  # nothing passes
+    hidden = Path(path).with_name(Path(path).stem + "-hidden.onnx")
+    if hidden.exists():
+        assert OnnxVerifier(hidden).max_prob_band(0.9) is None  # reads the hidden state too
+
+
 def test_an_unreachable_threshold_is_warned_about(fixture_engine, caplog: pytest.LogCaptureFixture) -> None:
     class Capped(Confidence):
         def score(self, features: DraftFeatures) -> float:

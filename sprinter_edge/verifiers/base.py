@@ -123,5 +123,12 @@ class Verifier(ABC):
         threshold above it flags every drafted token."""
         return None
 
+    def max_prob_band(self, threshold: float) -> tuple[float, float] | None:
+        """Where the score is a non-decreasing function of the draft's max probability alone:
+        (lo, hi) such that a token whose max probability is below lo scores under `threshold`
+        and one at or above hi reaches it, so the decoder scores only the tokens in between
+        (None: not such a verifier)."""
+        return None
+
     def check_pair(self, draft: object, target: object) -> None:  # noqa: B027
         """Raise VerifierError when this verifier was made for another pair."""

@@ -22,6 +22,7 @@ from .calibration import CalibrationRow, table_from_json
 log = logging.getLogger(__name__)
 
 FORMAT = "sprinter-edge-verifier-v1"
+BAND = 1e-5  # max_prob_band's half-width: far beyond float32 rounding at max probability <= 1
 REQUIRED = ("sprinter.format", "sprinter.pair", "sprinter.layout", "sprinter.label_rule",
             "sprinter.default_threshold")
 
@@ -99,7 +100,8 @@ class OnnxVerifier(Verifier):
             raise VerifierError(f"{self.path}: the model reads {declared} features but its layout "
                                 f"{list(self.layout)} with n_embd={self.n_embd} gives {width}")
         self.width = width
-        self._highest: float | None = None  # highest_score, computed once
+        self._grid: np.ndarray | None = None  # scores along max probability (_max_prob_grid)
+        self._bands: dict[float, tuple[float, float]] = {}  # threshold -> max_prob_band
         outputs = [o.name for o in self._session.get_outputs()]
         self._output = "probabilities" if "probabilities" in outputs else outputs[-1]
         if not 0 < self.default_threshold <= 1:
@@ -144,11 +146,43 @@ class OnnxVerifier(Verifier):
         """Known for a model of the draft's max probability alone (the shipped verifiers): its
         scores lie in a narrow band (0.956-0.977 for max prob 0.9-1), so a threshold a little
         too high flags everything."""
+        grid = self._max_prob_grid()
+        return None if grid is None else float(grid.max())
+
+    def max_prob_band(self, threshold: float) -> tuple[float, float] | None:
+        """For a model of the max probability alone that rises along it (the shipped logistic
+        ones): the cut where it reaches `threshold`, found by bisection on the model itself,
+        widened by BAND each way. Float32 rounding inside the model makes the decision jagged
+        within ~1e-7 of the cut; the band leaves those tokens to the model."""
+        grid = self._max_prob_grid()
+        if grid is None or np.any(np.diff(grid) <= 0):
+            return None
+        if threshold not in self._bands:  # asked once per SPRINTER request
+
+            def passes(m: float) -> bool:
+                return float(self.score_matrix(np.array([[m]]))[0]) >= threshold
+
+            lo, hi = 0.0, 1.0
+            if not passes(hi):
+                band = (2.0, 2.0)  # nothing passes
+            elif passes(lo):
+                band = (-1.0, -1.0)  # everything passes
+            else:
+                for _ in range(60):  # invariant: lo fails, hi passes
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+                band = (hi - BAND, hi + BAND)
+            self._bands[threshold] = band
+        return self._bands[threshold]
+
+    def _max_prob_grid(self) -> np.ndarray | None:
+        """Scores at max probability 0, 0.001, ..., 1 (one ONNX run per file), for a model of
+        the max probability alone; None for any other layout."""
         if self.layout != ("max_prob",):
             return None
-        if self._highest is None:  # asked on every SPRINTER request: one ONNX run per file
-            self._highest = float(self.score_matrix(np.linspace(0.0, 1.0, 1001)[:, None]).max())
-        return self._highest
+        if self._grid is None:
+            self._grid = self.score_matrix(np.linspace(0.0, 1.0, 1001)[:, None])
+        return self._grid
 
     def score_matrix(self, x: np.ndarray) -> np.ndarray:
         """P(accept) for rows of features laid out as `self.layout`."""

@@ -11,6 +11,7 @@ Stop rules:
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -88,6 +89,9 @@ class VerifierRun(StopRule):
 
     def __post_init__(self) -> None:
         self.needs_hidden = self.verifier.needs_hidden or self.on_drafted is not None
+        # a verifier rising in the draft's max probability alone decides by that probability
+        # outside a narrow band around its cut: the same decisions, a model run only inside
+        self._band = self.verifier.max_prob_band(self.threshold)
         self.policy = RunPolicy(self.threshold, self.run_cap)
         self.begin()
 
@@ -108,7 +112,10 @@ class VerifierRun(StopRule):
 
         def score() -> float:
             t0 = time.perf_counter()
-            value = self.verifier.score(features)
+            if self._band is not None and not self._band[0] <= features.max_prob < self._band[1]:
+                value = math.inf if features.max_prob >= self._band[1] else -math.inf
+            else:
+                value = self.verifier.score(features)
             stats.verifier_seconds += time.perf_counter() - t0
             return value
 
