@@ -135,6 +135,19 @@ def test_bench_with_a_target_alone(fixture_target_path: Path, tmp_path: Path) ->
     assert data["config"]["draft"] is None and data["rows"][1]["predicted_tps"] > 0
 
 
+def test_the_warmup_teaches_auto_nothing(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """The warmup's 8 tokens per row are not evidence for auto's planner (they once made it
+    run `ar` on the first edit task: a reply's first tokens copy nothing)."""
+    specs = runner.expand_methods(["ar", "auto"], None)
+    bench = runner.Runner(fixture_engine, specs, runner.RunConfig(max_tokens=12, rescore="none"))
+    try:
+        records = bench.run([BenchPrompt("chat/0", "Name three colours.")])
+    finally:
+        bench.close()
+    auto = next(r for r in records if r.method == "auto")
+    assert sum(fixture_engine.planner().ran.values()) == len(auto.tokens) > 0
+
+
 class _Rows:
     """A stand-in model whose `sync` returns fixed logits (one row per position)."""
 

@@ -248,6 +248,9 @@ class Runner:
         if self.config.warmup and encoded:
             for spec in self.specs:
                 self.run_one(spec, encoded[0], None, 8)
+            # the warmup's 8 tokens are no evidence (a reply's first tokens copy nothing): auto
+            # starts the timed runs from its priors and this machine's costs
+            self.engine.set_planner(None)
         records: list[RunRecord] = []
         others = [s for s in self.specs if s.kind != "ar"]
         ar_spec = next(s for s in self.specs if s.kind == "ar")
