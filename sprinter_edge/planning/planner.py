@@ -34,8 +34,8 @@ KINDS = ("edit", "code", "chat")
 # Before any measurement, x ar's speed: prompt lookup is a plain step plus proposals that pass
 # its own cost test, so a little above ar on fresh text; staged adds a draft batch per
 # proposal. An edit request (it carries the code or document the reply reworks) is a copy:
-# lookup measured 2.3-2.5x ar and staged 1.8x on 50 held-in and held-out edit tasks
-# (docs/benchmarks.md, sessions 5-7); the priors stay below that.
+# lookup measured 2.3-2.5x ar on 50 edit tasks and staged 1.8-1.9x on 30 of them, held in and
+# held out (docs/benchmarks.md, sessions 5-7); the priors stay below that.
 LOOKUP_PRIOR = {"edit": 2.0, "code": 1.02, "chat": 1.02}
 STAGED_PRIOR = {"edit": 1.6, "code": 1.0, "chat": 1.0}
 PROBE_WITHIN = 0.15  # probe a plan predicted within 15% of the best ...
