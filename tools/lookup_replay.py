@@ -84,7 +84,7 @@ def bottleneck(target: CostTable, total_ms: float, tokens: int, plain: int, rows
             + ", ".join(f"{k} {v / 1000:.1f} s" for k, v in parts.items()))
 
 
-def forced_plain_steps(prompt: list[int], reply: list[int], n: int = lookup.MIN_MATCH) -> int:
+def forced_one_token_calls(prompt: list[int], reply: list[int], n: int = lookup.MIN_MATCH) -> int:
     """One-token target calls no copy can avoid: a reply token is copyable when the n tokens
     before it occurred earlier in the prompt or the reply followed by it (an oracle that always
     picks the right earlier occurrence). A run of m tokens none copies costs m - 1 such calls at
@@ -113,7 +113,7 @@ def copy_bound(target: CostTable, encoded: list[tuple[str, list[int], list[int]]
     best_n = min(range(2, 33), key=lambda k: target.all_rows(k) / k)
     floor = target.all_rows(best_n) / best_n
     tokens = sum(len(reply) for _, _, reply in encoded)
-    forced = sum(forced_plain_steps(prompt, reply, n) for _, prompt, reply in encoded)
+    forced = sum(forced_one_token_calls(prompt, reply, n) for _, prompt, reply in encoded)
     ms = forced * target.cost(1) + (tokens - forced) * floor
     return (f"copy bound (an oracle copying every {n}-gram continuation seen before): {forced} forced "
             f"one-token calls, {tokens / ms * 1000:.1f} tok/s at best ({ms / 1000:.1f} s)")

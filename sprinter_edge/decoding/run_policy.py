@@ -61,10 +61,11 @@ class RunPolicy:
         """(kept, probability) of a run that keeps `kept` tokens and then calls the target, when
         each judged token is flagged with probability `flag_rate`, independently: the
         distribution the planner prices SPRINTER's round with."""
+        cap = self.run_cap or NO_CAP_HORIZON  # without a cap, a horizon acts as one
+        policy = RunPolicy(self.threshold, cap)
         alive = 1.0  # P(the first drafted - 1 tokens were kept)
-        for drafted in range(1, (self.run_cap or NO_CAP_HORIZON) + 1):
-            if self.verdict(drafted, self.threshold) is not Verdict.KEPT or (
-                    self.run_cap is None and drafted == NO_CAP_HORIZON):
+        for drafted in range(1, cap + 1):
+            if policy.verdict(drafted, self.threshold) is not Verdict.KEPT:
                 yield drafted - 1, alive  # the run ends here whatever the score
                 return
             if alive * flag_rate >= min_prob:
