@@ -9,7 +9,7 @@ position it records the draft's max probability, whether the draft's own token i
 (the draft copies where the target edits), and the pair's verifier's score against the code
 presets. Usage:
 
-    python tools/edit_departures.py /tmp/bench/bench.json --out docs/edit-departures.json
+    python tools/edit_departures.py /tmp/bench/bench.json --out results/edit-departures.json
 """
 
 from __future__ import annotations

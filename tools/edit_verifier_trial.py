@@ -9,7 +9,7 @@ copy, the match length, the copied run so far, the share of departures from the 
 Along ar's own reply the draft sees what greedy SPRINTER's draft sees until the first false
 pass, so a task's reply is reproduced exactly iff none of its labelled positions passes: that
 is the task-level figure here (an upper bound on what a scorer keeps; a changed reply may still
-pass its checks, rarely on edits, see docs/bench-results-edits.json).
+pass its checks, rarely on edits, see results/bench-results-edits.json).
 
 Scorers, judged by 2-fold cross-validation over tasks (fit and pick the threshold on one half,
 judge on the other): the shipped logits verifier at its code presets and at an `edit` threshold
@@ -17,7 +17,7 @@ picked on the other half; logistic regression on the verifier's score + confiden
 features; logistic regression on the draft's hidden state + copy features (trained on edit
 trajectories); and the guard (the shipped score, every drafted copy flagged). Usage:
 
-    python tools/edit_verifier_trial.py /tmp/bench/bench.json --out docs/edit-verifier-trial.json
+    python tools/edit_verifier_trial.py /tmp/bench/bench.json --out results/edit-verifier-trial.json
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ bench's `time_split` puts 99.7% of lookup's decode there). It also prints the co
 speed of an oracle that copies every continuation seen before and batches every copied token at
 the cheapest cost per row, the most any copying proposer can reach on these replies. Usage:
 
-    python tools/lookup_replay.py docs/bench-results-edits.json
+    python tools/lookup_replay.py results/bench-results-edits.json
 """
 
 from __future__ import annotations
