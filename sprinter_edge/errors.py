@@ -65,3 +65,8 @@ class DiskError(SprinterError):
     """The cache could not be written: the disk is full (or another OSError while writing)."""
 
     exit_code = 9
+
+
+class GrammarError(SettingsError):
+    """A structured-output constraint (JSON schema, regex, GBNF or Lark grammar) is invalid or
+    uses what the grammar engine does not support (a usage error: the server answers 400)."""
