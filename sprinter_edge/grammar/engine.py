@@ -220,6 +220,21 @@ class Matcher:
         tok = int(words[0]) * 32 + w.bit_length() - 1
         return tok if tok < self.n_vocab else None
 
+    def masks_along(self, tokens: list[int]) -> np.ndarray:
+        """bool[len(tokens) + 1, n_vocab]: the mask here and after each of `tokens` (a draft
+        the target checks in one batch: row i constrains its logits at draft position i). Rows
+        after a token the grammar rejects are all False. The state is left as it was."""
+        out = np.zeros((len(tokens) + 1, self.n_vocab), dtype=np.bool_)
+        out[0] = self._compute()
+        moved = 0
+        for i, t in enumerate(tokens):
+            if self.consume([t]) != 1:
+                break
+            moved += 1
+            out[i + 1] = self._compute()
+        self.rollback(moved)
+        return out
+
     def ff_tokens(self) -> list[int]:
         """llguidance's fast-forward tokens: text the grammar forces from here, tokenized as
         the model would (its last tokens left out where a longer token could span past the
