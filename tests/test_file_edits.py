@@ -1,0 +1,176 @@
+"""The whole-file edit workload's tasks and checks, no model: files from this interpreter's
+standard library, each task's reference edit passes its check, the unchanged input, a broken
+edit and a reply that does not parse fail it."""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import asdict
+
+import pytest
+
+from sprinter_edge.bench import edits, edits_files
+from sprinter_edge.bench.prompts import CODE_BLOCK_END
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[edits_files.FileEditTask]:
+    return edits_files.all_tasks()
+
+
+def as_reply(code: str) -> str:
+    """A reply that opens with the code block, cut where the bench's stop string cuts it."""
+    reply = f"Here is the file.\n\n```python\n{code}```\nThe code above makes the change."
+    return reply[: reply.find(CODE_BLOCK_END[0])]
+
+
+def _sample(tasks: list[edits_files.FileEditTask]) -> list[edits_files.FileEditTask]:
+    """The first two tasks of each kind (every check costs a sandboxed run)."""
+    return [t for k in edits_files.KINDS for t in [t for t in tasks if t.kind == k][:2]]
+
+
+def _by(tasks: list[edits_files.FileEditTask], kind: str) -> edits_files.FileEditTask:
+    return next(t for t in tasks if t.kind == kind)
+
+
+def test_tasks_cover_every_kind_and_fit_the_context(tasks: list[edits_files.FileEditTask]) -> None:
+    assert {t.kind for t in tasks} == set(edits_files.KINDS)
+    assert len(tasks) >= 30 and len({t.id for t in tasks}) == len(tasks)
+    assert len({t.module for t in tasks}) >= 10
+    for t in tasks:
+        prompt = edits_files.estimate_tokens(t.prompt)
+        assert 800 <= prompt <= 2_000, (t.id, prompt)  # about 1-2k tokens of file
+        assert prompt + edits_files.reply_tokens(t) <= edits_files.CONTEXT, t.id
+        assert t.prompt.startswith(t.instruction + " " + edits_files.RETURN_FILE + "\n\n```python\n")
+        assert t.prompt.endswith(t.code + "```") and t.code.endswith("\n")
+        assert t.cases and all(isinstance(ast.parse(a, mode="eval").body, ast.Tuple) for _, a in t.cases)
+        assert t.original == edits_files.file_source(t.module).code  # type: ignore[union-attr]
+        if t.kind == "fix_bug":
+            assert t.code != t.original and t.new in t.original and t.old in t.code
+        elif t.kind != "type_hints":
+            assert t.code == t.original
+    # a renamed parameter is used all over the file
+    for t in (t for t in tasks if t.kind == "rename_parameter"):
+        uses = edits_files._uses(ast.parse(t.code))
+        assert uses[t.renames[0][0]] >= edits_files.MIN_RENAME_USES, t.id
+
+
+def test_tasks_build_deterministically(tasks: list[edits_files.FileEditTask]) -> None:
+    first = edits_files.select_tasks(10)
+    assert len({t.kind for t in first}) == len(edits_files.KINDS)  # the kinds take turns
+    assert len({t.module for t in first}) >= 8  # mostly on files no earlier task used
+    assert all(t in tasks for t in first)
+    edits_files.build_task.cache_clear()
+    edits_files.file_source.cache_clear()
+    assert edits_files.select_tasks(10) == first  # rebuilt from the files: the same tasks, cases included
+    only = edits_files.select_tasks(4, ["fix_bug", "fstring"])
+    assert [t.kind for t in only] == ["fstring", "fix_bug", "fstring", "fix_bug"]
+    prompts = edits_files.file_edit_prompts(3, skip=1)
+    assert [p.id for p in prompts] == [t.id for t in first[1:4]]
+    assert all(p.kind == "file_edit" and p.stop == CODE_BLOCK_END for p in prompts)
+    assert edits_files.FileEditTask.from_dict(json.loads(json.dumps(prompts[0].problem))) == first[1]
+    with pytest.raises(ValueError, match="unknown file edit kind"):
+        edits_files.parse_kinds("rename")
+
+
+def test_the_original_passes_its_own_check(tasks: list[edits_files.FileEditTask]) -> None:
+    for module in sorted({t.module for t in tasks})[:4]:
+        src = edits_files.file_source(module)
+        assert src is not None
+        res = edits_files.run_check(src.code, src.code, module, src.cases)
+        assert res.passed and res.status == "passed", (module, res)
+
+
+def test_references_pass_and_unchanged_inputs_fail(tasks: list[edits_files.FileEditTask]) -> None:
+    for task in _sample(tasks):
+        res = edits.check_reply(asdict(task), as_reply(edits_files.reference(task)))  # as the runner calls it
+        assert res.passed and res.status == "passed" and res.kind == f"file:{task.kind}", (task.id, res)
+        res = edits_files.check_reply(task, as_reply(task.code))
+        assert not res.passed and res.why, task.id
+        if task.kind == "fix_bug":  # the planted bug is caught by the behaviour check
+            assert res.failure == "tests" and res.why.startswith("behaviour differs"), (task.id, res)
+        else:
+            assert res.failure == "change" and res.why.startswith("change not made"), (task.id, res)
+
+
+def test_a_change_that_breaks_behaviour_fails(tasks: list[edits_files.FileEditTask]) -> None:
+    """The change is made on the file with the planted bug: the change check passes, the
+    behaviour check does not."""
+    bugs = {t.module: t for t in tasks if t.kind == "fix_bug"}
+    for kind in ("rename_function", "rename_parameter", "type_hints"):
+        task = next(t for t in tasks if t.kind == kind and t.module in bugs)
+        bug = bugs[task.module]
+        broken = edits_files.reference(edits_files.FileEditTask.from_dict({**asdict(task), "code": bug.code}))
+        assert edits_files.check_change(task, broken) == ("", "")
+        res = edits_files.check_reply(task, as_reply(broken))
+        assert not res.passed and res.failure == "tests" and "behaviour differs" in res.why, (task.id, res)
+
+
+def test_replies_that_do_not_run_fail(tasks: list[edits_files.FileEditTask]) -> None:
+    task = _by(tasks, "rename_function")
+    old, new = task.renames[0]
+    res = edits_files.check_reply(task, f"I renamed `{old}` to `{new}`.")
+    assert res.failure == "no-code" and "no python code block" in res.why
+    ref = edits_files.reference(task)
+    res = edits_files.check_reply(task, as_reply(ref[: ref.rindex("\ndef ") + 8]))  # cut off mid-file
+    assert res.failure == "parse" and res.why.startswith("did not parse"), res
+    # renamed, but the renamed function's body is gone
+    tree = ast.parse(ref)
+    next(n for n in tree.body if getattr(n, "name", "") == new).body = [ast.Pass()]  # type: ignore[attr-defined]
+    res = edits_files.check_reply(task, as_reply(ast.unparse(tree) + "\n"))
+    assert res.failure == "tests" and "behaviour differs" in res.why, res
+    # an edit that loops forever runs into the time limit
+    looping = edits_files.reference(task).replace(f"def {new}(", f"def {new}(*_a):\n    while True:\n"
+                                                  f"        pass\n\ndef _unused_{new}(", 1)
+    res = edits_files.check_reply(task, as_reply(looping), timeout=3)
+    assert not res.passed and res.status == "timeout" and res.why == "behaviour check timed out", res
+    # an edited file that does not load says why
+    res = edits_files.check_reply(task, as_reply(edits_files.reference(task) + "\nundefined_name.attr\n"))
+    assert res.failure == "tests" and "failed to load: NameError" in res.why, res
+
+
+def test_change_checks_read_the_ast(tasks: list[edits_files.FileEditTask]) -> None:
+    hints = _by(tasks, "type_hints")
+    tree = ast.parse(edits_files.reference(hints))
+    last = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)][-1]
+    last.returns = None
+    failure, why = edits_files.check_change(hints, ast.unparse(tree))
+    assert failure == "change" and f"{last.name} return" in why
+    # a method's self, and __init__'s return, may stay bare
+    bare = ("class A:\n    def __init__(self, x: int):\n        pass\n"
+            "    def f(self) -> int:\n        return 1\n")
+    assert edits_files._missing_hints(ast.parse(bare)) == []
+    fstring = _by(tasks, "fstring")
+    done = edits_files.reference(fstring)
+    assert edits_files.check_change(fstring, done) == ("", "")
+    failure, why = edits_files.check_change(fstring, done + "\nLEFT = '%s!' % 1\n")
+    assert failure == "change" and "'%s!' % 1" in why
+    helpers = _by(tasks, "rename_helpers")
+    assert len(helpers.renames) >= 2 and all(new == old.lstrip("_") for old, new in helpers.renames)
+    old, new = helpers.renames[-1]
+    half = edits_files.reference(edits_files.FileEditTask.from_dict({**asdict(helpers),
+                                                                     "renames": helpers.renames[:-1]}))
+    failure, why = edits_files.check_change(helpers, half)
+    assert failure == "change" and f"`{old}` is still used" in why
+
+
+@pytest.mark.parametrize(("source", "values"), [
+    ("'%s-%r|%5s|%-4d|%03d|%.2f%%|%x' % (a, b, a, c, c, d, c)", {"a": "x", "b": "y'", "c": 7, "d": 2.345}),
+    ("'{} and {!r}: {:>6} {name}'.format(a, b, c, name=d)", {"a": 1, "b": "q", "c": 2.5, "d": None}),
+    ("'{1}{0!s:>3}{{}}'.format(a, b)", {"a": 1, "b": "q"}),
+    ("'%s' % a", {"a": [1, 2]}),
+])
+def test_formatting_converts_to_equal_fstrings(source: str, values: dict) -> None:
+    tree = edits_files._ToFString().visit(ast.parse(source, mode="eval"))
+    converted = ast.unparse(ast.fix_missing_locations(tree))
+    assert isinstance(tree.body, ast.JoinedStr) and not edits_files._formatting(ast.parse(converted))
+    assert eval(converted, {}, dict(values)) == eval(source, {}, dict(values)), converted
+
+
+def test_forms_it_does_not_convert_leave_no_task() -> None:
+    for source in ("'%(a)s' % d", "'%*d' % (3, 4)", "'{0.real}'.format(1)", "'%.3s' % 'abcdef'",
+                   "'{} {0}'.format(1)"):
+        conv = edits_files._ToFString()
+        conv.visit(ast.parse(source, mode="eval"))
+        assert conv.failed, source
