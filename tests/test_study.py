@@ -25,6 +25,7 @@ from sprinter_edge.training.study import (
     split_by_group,
     table_cost,
 )
+from sprinter_edge.training.study.fitting import _training_rows
 
 HIDDEN = 16
 DIRECTION = 5  # the hidden column the label depends on beyond max_prob
@@ -288,10 +289,10 @@ def test_presets_by_domain_picks_the_lowest_passing_threshold() -> None:
 
 def test_soft_target_duplicates_fractional_rows() -> None:
     d = {"accept_prob": np.array([1.0, 0.0, 0.25], np.float32), "label_greedy": np.array([1, 0, 0])}
-    idx, y, w = study._training_rows(d, np.arange(3), "sampled", weighted=True, seed=0)
+    idx, y, w = _training_rows(d, np.arange(3), "sampled", weighted=True, seed=0)
     assert idx.tolist() == [0, 1, 2, 2] and y.tolist() == [1, 0, 1, 0]
     assert w.tolist() == pytest.approx([1, 1, 0.25, 0.75])
-    idx, y, w = study._training_rows(d, np.arange(3), "sampled", weighted=False, seed=0)
+    idx, y, w = _training_rows(d, np.arange(3), "sampled", weighted=False, seed=0)
     assert w is None and y[:2].tolist() == [1, 0]
 
 
