@@ -18,10 +18,10 @@ from typing import Any
 from .backend.llama import LlamaModel, LoadOptions
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
-from .decoding import DecodeContext, Generation, GenerationResult, Stats, Strategy, get_strategy
-from .decoding.auto import EXACT_KINDS
+from .decoding import DecodeContext, Generation, GenerationResult, PointUsed, Stats, Strategy
 from .decoding.sampling import Sampler, SamplingParams
 from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
+from .methods import DEFAULT_METHOD, EXACT_KINDS, get_strategy, may_approximate
 from .planning.planner import Planner, make_planner
 from .prompting import Message, prompt_domain, prompt_tokens, render_chat, request_kind
 from .verifiers.base import Verifier
@@ -45,9 +45,6 @@ class Hardware:
         layers = self.draft_gpu_layers if role == "draft" else self.target_gpu_layers
         return LoadOptions(n_ctx=self.n_ctx, n_threads=self.n_threads,
                            n_gpu_layers=999 if layers < 0 else layers, n_batch=self.n_batch)
-
-
-DEFAULT_METHOD = "auto"
 
 
 @dataclass
@@ -157,6 +154,11 @@ class Engine:
     def _uses_draft(self, strategy: Strategy) -> bool:
         return strategy.uses_draft and self.draft_path is not None
 
+    def _scores_drafts(self, strategy: Strategy) -> bool:
+        """A verifier will score drafted tokens: the method is approximate by design, or it may
+        run an approximate plan at the operating point the engine was given."""
+        return strategy.needs_verifier and (not strategy.exact or self.settings.point.is_set)
+
     def load(self) -> Engine:
         """Load every model the current method needs, check they fit together, resolve the
         operating point and, for `auto`, the plan (so a problem shows here, not at the first
@@ -166,9 +168,9 @@ class Engine:
             _ = self.target
         if self._uses_draft(strategy):
             _ = self.draft
-            if strategy.needs_verifier and (strategy.exact is False or self.settings.point.is_set):
+            if self._scores_drafts(strategy):
                 self.threshold()
-        if strategy.needs_planner:
+        if strategy.needs_costs:
             self.planner()
         return self
 
@@ -178,7 +180,7 @@ class Engine:
         if self._planner is None:
             draft = self.draft if self.draft_path is not None else None
             # the verifier (its cost, its flag-rate prior) matters only where SPRINTER may run
-            scored = draft is not None and (self.settings.method == "sprinter" or self.settings.point.is_set)
+            scored = draft is not None and self._scores_drafts(get_strategy(self.settings.method))
             self._planner = make_planner(
                 self.target, draft, self.verifier if scored else None,
                 self.threshold() if scored else None, self.settings.run_cap,
@@ -277,6 +279,8 @@ class Engine:
         """
         params = params or SamplingParams()
         strategy = self._check_method(method or self.settings.method)
+        if strategy.needs_costs:
+            strategy = get_strategy(strategy.name, self.planner())
         tokens = self._prompt_ids(prompt, chat)
         point = operating_point or self.settings.point
         target = self.target if strategy.needs_target else None
@@ -298,17 +302,15 @@ class Engine:
         request = self.text_model.detokenize(tokens) if isinstance(prompt, list) else prompt
         ctx.kind = ctx.stats.kind = request_kind(request)
         ctx.stats.exact = strategy.exact
-        # auto runs an approximate plan only when the caller chose an operating point, and never
-        # on an edit request (EXACT_KINDS); an explicit --method sprinter runs as asked
         asked = point.is_set or verifier is not None
-        ctx.approximate_ok = strategy.name != "auto" or (asked and ctx.kind not in EXACT_KINDS)
-        if asked and strategy.name == "auto" and not ctx.approximate_ok:
-            log.info("%s request: auto keeps to exact plans whatever the operating point "
-                     "(SPRINTER skips edits)", ctx.kind)
-        if strategy.name in ("sprinter", "guarded") and ctx.kind in EXACT_KINDS:
+        ctx.approximate_ok = may_approximate(strategy, ctx.kind, asked)
+        if strategy.needs_verifier and not strategy.exact and ctx.kind in EXACT_KINDS:
             self._warn_once(("edit",), "%s on an edit request: measured to skip requested changes "
                             "(6/20 edits done at the quality preset where ar did 18/20); auto or "
                             "lookup is exact and faster there", strategy.name)
+        elif asked and not ctx.approximate_ok:
+            log.info("%s request: %s keeps to exact plans whatever the operating point "
+                     "(SPRINTER skips edits)", ctx.kind, strategy.name)
         if strategy.needs_verifier and draft is not None and ctx.approximate_ok:
             ctx.verifier = verifier or self.verifier
             domain = prompt_domain(request)
@@ -320,16 +322,15 @@ class Engine:
                                 "threshold %g is above the highest score verifier %s gives (%.6f): "
                                 "every drafted token goes to the target",
                                 ctx.threshold, ctx.verifier.name, top)
-            ctx.stats.verifier = ctx.verifier.name
-            ctx.stats.domain = domain
-            ctx.stats.threshold = ctx.threshold
-        if strategy.needs_planner:
-            ctx.planner = self.planner()
+            ctx.stats.point = PointUsed(ctx.verifier.name, domain, ctx.threshold)
+        if strategy.needs_costs:
+            planner = self.planner()
+            ctx.costs, ctx.evidence = planner.costs, planner.evidence
         if params.logprobs is not None and not strategy.scores_every_token(ctx):
             raise SettingsError(
                 f"logprobs need an exact method (auto without an operating point, ar, sd, lookup or "
                 f"staged): {strategy.name!r} commits tokens the target never scores"
-                + (" (it may run sprinter at the operating point given)" if strategy.name == "auto" else ""))
+                + (" (it may run sprinter at the operating point given)" if strategy.exact else ""))
         return Generation(strategy, ctx, tokens, stop=params.stop,
                           text_model=target if target is not None else draft)  # type: ignore[arg-type]
 

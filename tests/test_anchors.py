@@ -14,7 +14,7 @@ from sprinter_edge import SamplingParams
 from sprinter_edge.backend import llama_tools, native
 from sprinter_edge.bench import peers, plot, prompts, report, runner, summary
 from sprinter_edge.bench.llama_server import SERVER_METHODS, LlamaServer, server_stats
-from sprinter_edge.planning.costs import CostTable, dips
+from sprinter_edge.costs.table import CostTable, dips
 from sprinter_edge.planning.planner import Planner, flat_bound
 
 PROMPT = "Write a Python function that reverses a string, with a docstring."
@@ -212,7 +212,7 @@ def test_flat_bound_is_an_upper_bound_with_its_break_even() -> None:
                   full={1: 42, 2: 82, 4: 142, 8: 341, 16: 389, 24: 638})
     d = CostTable(last={1: 23, 2: 31, 4: 31, 8: 56, 16: 86, 24: 134},
                   full={1: 23, 2: 31, 4: 38, 8: 74, 16: 130, 24: 200})
-    planner = Planner(t, d, verifier_ms=0.05)
+    planner = Planner.of(t, d, verifier_ms=0.05)
     b = flat_bound(planner)
     assert b.plan.method != "ar" and b.ratio > 1 > b.measured_ratio
     assert b.ratio == pytest.approx(42 * b.flat.tokens / (b.flat.draft_ms + 42))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sprinter_edge import Engine, Hardware, SamplingParams
-from sprinter_edge.planning.costs import CostTable, machine_costs
-from sprinter_edge.planning.planner import Plan, Planner
+from sprinter_edge.costs.table import CostTable, machine_costs
+from sprinter_edge.planning.planner import Plan, Planner, strategy_of
 from sprinter_edge.verifiers.operating_point import OperatingPoint
 
 SIZES = (1, 2, 4, 8, 16, 24, 32)
@@ -30,7 +30,7 @@ COPY_PLANS = ("ar", "lookup")  # what remains when no draft plan pays: both exac
 
 def test_flat_batches_and_a_cheap_draft_pick_speculation() -> None:
     # GPU-like: a batch costs about one token; the draft is 5x cheaper than the target
-    planner = Planner(table(30, 0.02), table(6, 0.02))
+    planner = Planner.of(table(30, 0.02), table(6, 0.02))
     plan, why = planner.best()
     assert plan.method == "sd" and "x ar" in why  # exact by default
     ar = next(p for p in planner.plans() if p.method == "ar")
@@ -40,15 +40,15 @@ def test_flat_batches_and_a_cheap_draft_pick_speculation() -> None:
 
 
 def test_sprinter_is_a_candidate_only_when_approximation_is_allowed() -> None:
-    planner = Planner(table(30, 0.02), table(6, 0.02))
+    planner = Planner.of(table(30, 0.02), table(6, 0.02))
     assert not [p for p in planner.plans() if p.method == "sprinter"]
     assert [p for p in planner.plans(approximate=True) if p.method == "sprinter"]
-    assert all(p.exact for p in planner.plans())
+    assert all(strategy_of(p).exact for p in planner.plans())
 
 
 def test_compute_bound_batches_pick_no_draft_plan() -> None:
     # every extra token in a batch costs a full step: verifying draft tokens never pays
-    planner = Planner(table(30, 1.0), table(10, 1.0))
+    planner = Planner.of(table(30, 1.0), table(10, 1.0))
     plan, _ = planner.best()
     assert plan.method in COPY_PLANS
     sd = min(p.ms_per_token for p in planner.plans() if p.method == "sd")
@@ -56,41 +56,41 @@ def test_compute_bound_batches_pick_no_draft_plan() -> None:
 
 
 def test_a_draft_as_slow_as_the_target_picks_no_draft_plan() -> None:
-    planner = Planner(table(30, 0.2), table(30, 0.2))
+    planner = Planner.of(table(30, 0.2), table(30, 0.2))
     assert planner.best()[0].method in COPY_PLANS
 
 
 def test_no_draft_means_ar_or_lookup() -> None:
-    planner = Planner(table(30, 0.02), None)
+    planner = Planner.of(table(30, 0.02), None)
     assert {p.method for p in planner.plans(approximate=True)} == set(COPY_PLANS)
     assert planner.best()[0].method in COPY_PLANS
 
 
 def test_measured_slowness_moves_the_choice_away() -> None:
-    planner = Planner(table(30, 0.05), table(6, 0.05))
+    planner = Planner.of(table(30, 0.05), table(6, 0.05))
     first, _ = planner.best()
     assert first.method == "sd"
     # it ran 3x slower than predicted (threads fighting, say): the planner believes the clock
-    planner.observe_time(first, 200, 3 * planner.predicted(first) * 200 / 1e3)
+    planner.observe_time(first, 200, 3 * planner.raw_ms(first) * 200 / 1e3)
     assert planner.best()[0].method in COPY_PLANS
 
 
 def test_acceptance_evidence_changes_the_prediction() -> None:
-    planner = Planner(table(30, 0.1), table(6, 0.1), use_sprinter=False)
+    planner = Planner.of(table(30, 0.1), table(6, 0.1), use_sprinter=False)
     before = planner.raw_ms("sd", draft_len=4)
-    planner.observe_sd(accepted=10, rejected=290)  # the draft is almost always wrong here
+    planner.evidence.observe_sd(accepted=10, rejected=290)  # the draft is almost always wrong here
     assert planner.raw_ms("sd", draft_len=4) > before
     assert planner.best()[0].method in COPY_PLANS
 
 
 def test_run_cap_bounds_the_candidates() -> None:
-    planner = Planner(table(30, 0.02), table(6, 0.02), max_run_cap=8)
+    planner = Planner.of(table(30, 0.02), table(6, 0.02), max_run_cap=8)
     caps = {p.run_cap for p in planner.plans(approximate=True) if p.method == "sprinter"}
     assert caps and max(caps) == 8
 
 
 def test_evidence_is_kept_per_kind_and_close_plans_are_probed() -> None:
-    planner = Planner(table(30, 1.0), table(10, 1.0))  # no draft plan pays
+    planner = Planner.of(table(30, 1.0), table(10, 1.0))  # no draft plan pays
     first, _ = planner.best("edit")
     assert first.method == "lookup"  # its prior: a plain step plus proposals that pay
     planner.observe_time(first, 100, 100 * 0.4 * 30 / 1e3, "edit")  # measured: 0.4x ar's time
@@ -109,7 +109,7 @@ def test_evidence_is_kept_per_kind_and_close_plans_are_probed() -> None:
 def test_an_edit_request_starts_from_the_copy_prior() -> None:
     """Edits copy the request: lookup's prior there is 2x ar, above what sd is predicted on a
     machine where sd pays a little, so the first edit runs lookup, not sd."""
-    planner = Planner(table(30, 0.15), table(6, 0.15))
+    planner = Planner.of(table(30, 0.15), table(6, 0.15))
     sd = min(p.ms_per_token for p in planner.plans("edit") if p.method == "sd")
     assert sd < planner.raw_ms("ar") * 0.9  # sd pays here
     assert planner.best("edit")[0].method == "lookup"
@@ -121,7 +121,7 @@ def test_a_few_slow_tokens_do_not_rule_a_plan_out() -> None:
     and sd then ran every edit at 1.28x ar where lookup ran 2.42x. Until a plan has run
     PROBE_TOKENS tokens on a kind, the better of its prior and its measurement decides
     whether it is probed."""
-    planner = Planner(table(30, 0.15), table(6, 0.15))
+    planner = Planner.of(table(30, 0.15), table(6, 0.15))
     lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
     planner.observe_time(lookup, 8, 8 * 1.12 * 30 / 1e3, "edit")  # a slow start
     ran = []
@@ -162,15 +162,15 @@ def test_costs_are_measured_once_and_cached(engine: Engine) -> None:
 def test_auto_reports_its_plan(engine: Engine) -> None:
     result = engine.generate("Name a fruit.", SamplingParams(max_tokens=12))
     s = result.stats
-    assert s.method == "auto" and s.plan and s.plan_reason
-    assert s.to_dict()["plan"] == s.plan
+    assert s.method == "auto" and s.trace.plan and s.trace.plan_reason
+    assert s.to_dict()["plan"] == s.trace.plan
 
 
 class Scripted(Planner):
     """A planner that answers a fixed sequence of plans (to force switches)."""
 
     def __init__(self, base: Planner, script: list[Plan]):
-        super().__init__(base.target, base.draft)
+        super().__init__(base.costs)
         self.script = script
         self.calls = 0
 
@@ -195,9 +195,9 @@ def test_switching_plans_mid_reply_keeps_greedy_output_exact(engine: Engine) -> 
     finally:
         engine.set_planner(None)
     assert auto.token_ids == ar.token_ids
-    assert auto.stats.plan_switches >= 2
-    assert auto.stats.accepted + auto.stats.resampled > 0  # sd really ran
-    assert auto.stats.target_sampled > 0  # and so did ar
+    assert auto.stats.trace.plan_switches >= 2
+    assert auto.stats.counters.accepted + auto.stats.counters.resampled > 0  # sd really ran
+    assert auto.stats.counters.target_sampled > 0  # and so did ar
 
 
 def test_auto_that_picks_ar_never_touches_the_draft(engine: Engine) -> None:
@@ -207,7 +207,7 @@ def test_auto_that_picks_ar_never_touches_the_draft(engine: Engine) -> None:
         result = engine.generate("Count to five.", SamplingParams(max_tokens=10))
     finally:
         engine.set_planner(None)
-    assert result.stats.draft_calls == 0 and result.stats.plan == "ar"
+    assert result.stats.counters.draft_calls == 0 and result.stats.trace.plan == "ar"
     assert engine.draft.tokens == []  # not even a prefill: time to first token is ar's
 
 
@@ -215,28 +215,28 @@ def test_auto_without_a_draft_runs_one_model(fixture_target_path: Path) -> None:
     with Engine(fixture_target_path, None, method="auto",
                 hardware=Hardware(n_ctx=512, n_threads=1)) as eng:
         result = eng.generate("Hi", SamplingParams(max_tokens=4))
-    assert result.stats.plan in COPY_PLANS and result.stats.draft_calls == 0
+    assert result.stats.trace.plan in COPY_PLANS and result.stats.counters.draft_calls == 0
 
 
 def test_default_auto_is_exact_even_where_sprinter_would_be_fastest(engine: Engine) -> None:
     """A flat-cost machine where SPRINTER is predicted fastest: without an operating point auto
     never runs it (greedy output identical to ar); with one it may."""
-    flat = Planner(table(30, 0.0), table(3, 0.0))
+    flat = Planner.of(table(30, 0.0), table(3, 0.0))
     assert flat.best(approximate=True)[0].method == "sprinter"
     prompt = "Write a short story about a lighthouse keeper."
     ar = engine.generate(prompt, SamplingParams(max_tokens=40), method="ar")
     engine.set_planner(flat)
     try:
         exact = engine.generate(prompt, SamplingParams(max_tokens=40))
-        engine.set_planner(Planner(table(30, 0.0), table(3, 0.0)))  # before any measurement
+        engine.set_planner(Planner.of(table(30, 0.0), table(3, 0.0)))  # before any measurement
         approx = engine.generate(prompt, SamplingParams(max_tokens=40),
                                  operating_point=OperatingPoint(preset="fast"))
     finally:
         engine.set_planner(None)
     assert exact.token_ids == ar.token_ids and exact.stats.exact
-    assert not any(p.startswith("sprinter") for p in exact.stats.plans_run)
+    assert not any(p.startswith("sprinter") for p in exact.stats.trace.plans_run)
     assert exact.stats.guarantee.startswith("exact")
-    assert any(p.startswith("sprinter") for p in approx.stats.plans_run) and not approx.stats.exact
+    assert any(p.startswith("sprinter") for p in approx.stats.trace.plans_run) and not approx.stats.exact
     assert approx.stats.guarantee.startswith("approximate")
 
 
@@ -245,15 +245,15 @@ def test_auto_stays_exact_on_edit_requests_whatever_the_operating_point(engine: 
     in a fenced block) still gets an exact plan: SPRINTER skips edits (EXACT_KINDS)."""
     prompt = ("Rename the function to `grow`.\n```python\ndef add(a, b):\n    total = a + b\n"
               "    return total\n\n\nprint(add(1, 2))\n```")
-    engine.set_planner(Planner(table(30, 0.0), table(3, 0.0)))
+    engine.set_planner(Planner.of(table(30, 0.0), table(3, 0.0)))
     try:
         edit = engine.generate(prompt, SamplingParams(max_tokens=24),
                                operating_point=OperatingPoint(preset="fast"))
     finally:
         engine.set_planner(None)
     assert edit.stats.kind == "edit" and edit.stats.exact
-    assert not any(p.startswith("sprinter") for p in edit.stats.plans_run), edit.stats.plans_run
-    assert edit.stats.guarantee.startswith("exact") and edit.stats.kept == 0
+    assert not any(p.startswith("sprinter") for p in edit.stats.trace.plans_run), edit.stats.trace.plans_run
+    assert edit.stats.guarantee.startswith("exact") and edit.stats.counters.kept == 0
 
 
 def test_cost_tables_are_made_monotone() -> None:
@@ -270,11 +270,12 @@ def test_pair_acceptance_priors_reach_the_planner(engine: Engine) -> None:
 
     acc = Acceptance(sd_accept=0.9, flagged_accept=0.6, flag_rate={0.5: 0.05, 0.9: 0.15})
     planner = make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20, acc)
-    assert planner.sd_accept.value == 0.9 and planner.flagged_accept.value == 0.6
-    assert planner.flag_rate.value == 0.15  # the nearest measured threshold
+    assert planner.evidence.sd_accept.value == 0.9 and planner.evidence.flagged_accept.value == 0.6
+    assert planner.evidence.flag_rate.value == 0.15  # the nearest measured threshold
     assert planner.verifier_ms > 0
     # no pair measurements and an uncalibrated verifier: generic priors
-    assert make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20).flag_rate.value == 0.2
+    generic = make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20)
+    assert generic.evidence.flag_rate.value == 0.2
 
 
 def test_malformed_pair_acceptance_is_refused() -> None:
@@ -289,4 +290,4 @@ def test_malformed_pair_acceptance_is_refused() -> None:
 
 def test_time_to_first_token_is_reported(engine: Engine) -> None:
     s = engine.generate("Name a colour.", SamplingParams(max_tokens=6), method="sd").stats
-    assert s.prefill_seconds < s.first_token_seconds <= s.total_seconds
+    assert s.timings.prefill_seconds < s.timings.first_token_seconds <= s.timings.total_seconds

@@ -13,7 +13,7 @@ from sprinter_edge import SamplingParams
 from sprinter_edge.bench import costmodel, quality, runner, summary
 from sprinter_edge.bench.prompts import BenchPrompt, humaneval_prompts
 from sprinter_edge.cli import main
-from sprinter_edge.decoding.base import Origin
+from sprinter_edge.decoding import Origin
 from sprinter_edge.decoding.sampling import distribution
 from sprinter_edge.errors import SprinterError
 from sprinter_edge.numerics import total_variation

@@ -50,14 +50,15 @@ def test_four_methods_in_one_run(default_engine: Engine) -> None:
     for method in ("ar", "draft", "sd", "sprinter"):
         r = default_engine.generate(prompt, SamplingParams(max_tokens=48), method=method)
         s = r.stats
-        produced = s.target_sampled + s.draft_sampled + s.kept + s.accepted + s.resampled + s.bonus
+        c = s.counters
+        produced = c.target_sampled + c.draft_sampled + c.kept + c.accepted + c.resampled + c.bonus
         assert produced == s.new_tokens
         assert r.text
         rows[method] = s
-    print("\n" + "\n".join(f"{m:9} {s.tokens_per_second:6.2f} tok/s  target calls {s.target_calls}"
+    print("\n" + "\n".join(f"{m:9} {s.tokens_per_second:6.2f} tok/s  target calls {s.counters.target_calls}"
                            for m, s in rows.items()))
-    assert rows["sprinter"].target_calls < rows["ar"].target_calls
-    assert rows["draft"].target_calls == 0
+    assert rows["sprinter"].counters.target_calls < rows["ar"].counters.target_calls
+    assert rows["draft"].counters.target_calls == 0
 
 
 def test_hidden_states_do_not_make_prefill_pay_for_every_position(default_engine: Engine) -> None:
@@ -117,7 +118,7 @@ def test_default_auto_is_ar_token_for_token_with_repacking_off(default_pair_path
             params = SamplingParams(max_tokens=64, stop=("\n```\n",))
             ar = engine.generate(prompt, params, method="ar")
             auto = engine.generate(prompt, params)
-            assert auto.token_ids == ar.token_ids, (prompt[:40], auto.stats.plans_run)
-            assert auto.stats.exact and not any(p.startswith("sprinter") for p in auto.stats.plans_run)
-            copied += auto.stats.lookup_accepted
+            assert auto.token_ids == ar.token_ids, (prompt[:40], auto.stats.trace.plans_run)
+            assert auto.stats.exact and not any(p.startswith("sprinter") for p in auto.stats.trace.plans_run)
+            copied += auto.stats.counters.lookup_accepted
         assert copied > 20  # the edit requests ran on copied spans

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from sprinter_edge import Engine, OperatingPoint, SamplingParams
-from sprinter_edge.decoding.base import Origin
+from sprinter_edge.decoding import Origin
 from sprinter_edge.decoding.sampling import distribution
 from sprinter_edge.errors import ContextOverflowError, SettingsError, SprinterError
 from sprinter_edge.verifiers.simple import AlwaysFlag, NeverFlag, Oracle
@@ -43,25 +43,26 @@ def test_sd_greedy_is_token_identical_to_ar(fixture_engine: Engine) -> None:
         sd = fixture_engine.generate(prompt, SamplingParams(max_tokens=24), method="sd")
         assert sd.token_ids == ar.token_ids, prompt
         assert sd.text == ar.text
-        rejections += sd.stats.resampled
+        rejections += sd.stats.counters.resampled
     assert rejections > 20  # the fixture draft disagrees often: the reject path ran
 
 
 def _counters_add_up(result) -> None:  # noqa: ANN001
     """Token counters and timers of a reply without stop strings."""
     s = result.stats
-    produced = s.target_sampled + s.draft_sampled + s.kept + s.accepted + s.resampled + s.bonus
+    c, t = s.counters, s.timings
+    produced = c.target_sampled + c.draft_sampled + c.kept + c.accepted + c.resampled + c.bonus
     eog = 1 if result.finish_reason == "stop" else 0  # the end token is counted, not kept
     assert produced == s.new_tokens == len(result.token_ids) + eog == len(result.origins) + eog
     for origin in Origin:
-        assert result.origins.count(origin) <= getattr(s, _COUNTER[origin])
+        assert result.origins.count(origin) <= getattr(c, _COUNTER[origin])
     # each model's time is there exactly when the model ran, and the timed parts are most of
     # the total (the rest is the driver's own work: sampling, text, bookkeeping)
-    assert (s.target_seconds > 0) == (s.target_calls > 0)
-    assert (s.draft_seconds > 0) == (s.draft_calls > 0)
-    assert (s.verifier_seconds > 0) == (s.method == "sprinter" and s.kept + s.flags > 0)
-    timed = s.draft_seconds + s.target_seconds + s.verifier_seconds + s.prefill_seconds
-    assert 0.5 * s.total_seconds < timed <= s.total_seconds
+    assert (t.target_seconds > 0) == (c.target_calls > 0)
+    assert (t.draft_seconds > 0) == (c.draft_calls > 0)
+    assert (t.verifier_seconds > 0) == (s.method == "sprinter" and c.kept + c.flags > 0)
+    timed = t.draft_seconds + t.target_seconds + t.verifier_seconds + t.prefill_seconds
+    assert 0.5 * t.total_seconds < timed <= t.total_seconds
 
 
 _COUNTER = {Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
@@ -86,20 +87,20 @@ def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
     _counters_add_up(result)
     s = result.stats
     if method == "ar":
-        assert s.target_calls == s.new_tokens and s.draft_calls == 0
+        assert s.counters.target_calls == s.new_tokens and s.counters.draft_calls == 0
     if method == "draft":
-        assert s.target_calls == 0 and s.draft_calls == s.new_tokens
+        assert s.counters.target_calls == 0 and s.counters.draft_calls == s.new_tokens
     if method == "sprinter":
         # every target call is one catch-up: one SD test each
-        assert s.target_calls == s.sd_tests == s.accepted + s.resampled
-        assert s.flags + s.cap_hits + s.eog_checks == s.sd_tests
-        assert s.draft_calls == s.draft_tokens == s.kept + s.sd_tests
+        assert s.counters.target_calls == s.counters.sd_tests == s.counters.accepted + s.counters.resampled
+        assert s.counters.flags + s.counters.cap_hits + s.counters.eog_checks == s.counters.sd_tests
+        assert s.counters.draft_calls == s.counters.draft_tokens == s.counters.kept + s.counters.sd_tests
     if method == "sd":
         k = fixture_engine.settings.draft_len
         assert result.finish_reason == "length"  # every round is in `origins`
         rounds = _sd_rounds(result.origins)
-        assert s.target_calls == len(rounds)  # one target call a round
-        assert s.draft_calls == s.draft_tokens  # one draft call a drafted token
+        assert s.counters.target_calls == len(rounds)  # one target call a round
+        assert s.counters.draft_calls == s.counters.draft_tokens  # one draft call a drafted token
         low = high = produced = 0
         for r in rounds:
             accepted = r.count(Origin.ACCEPTED)
@@ -112,7 +113,7 @@ def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
                 assert accepted < drafts or r[-1] is Origin.ACCEPTED
                 low, high = low + len(r), high + drafts
             produced += len(r)
-        assert low <= s.draft_tokens <= high
+        assert low <= s.counters.draft_tokens <= high
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.8, 7), (1.0, 11)])
@@ -125,7 +126,7 @@ def test_sprinter_always_flag_equals_sd_k1(fixture_engine: Engine, temperature: 
         spr = fixture_engine.generate(prompt, params, method="sprinter", verifier=AlwaysFlag(),
                                       operating_point=HALF)
         assert spr.token_ids == sd_result.token_ids, prompt
-        assert spr.stats.kept == 0
+        assert spr.stats.counters.kept == 0
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.9, 3)])
@@ -140,7 +141,7 @@ def test_sprinter_never_flag_without_cap_equals_draft(fixture_engine: Engine, te
         gen.ctx.verify_eog = False
         spr = gen.consume()
         assert spr.token_ids == draft.token_ids, prompt
-        assert spr.stats.target_calls == 0
+        assert spr.stats.counters.target_calls == 0
 
 
 def test_oracle_sprinter_reproduces_ar_with_few_target_calls(fixture_engine: Engine) -> None:
@@ -150,8 +151,8 @@ def test_oracle_sprinter_reproduces_ar_with_few_target_calls(fixture_engine: Eng
                                       verifier=Oracle(ar.token_ids), operating_point=HALF)
         assert spr.token_ids == ar.token_ids
         # it flags exactly the disagreements: each flag is a rejection, every kept token is right
-        assert spr.stats.resampled == spr.stats.flags
-        assert spr.stats.target_calls <= ar.stats.target_calls
+        assert spr.stats.counters.resampled == spr.stats.counters.flags
+        assert spr.stats.counters.target_calls <= ar.stats.counters.target_calls
 
 
 def test_run_cap_bounds_runs(fixture_engine: Engine) -> None:
@@ -165,7 +166,7 @@ def test_run_cap_bounds_runs(fixture_engine: Engine) -> None:
         run = run + 1 if origin is Origin.KEPT else 0
         longest = max(longest, run)
     assert longest <= 4  # the 5th token of a run goes to the target
-    assert result.stats.cap_hits >= 1
+    assert result.stats.counters.cap_hits >= 1
 
 
 def test_sd_sampling_matches_target_distribution(fixture_engine: Engine) -> None:
@@ -183,7 +184,7 @@ def test_sd_sampling_matches_target_distribution(fixture_engine: Engine) -> None
         for seed in range(n):
             r = engine.generate(tokens, params.replace(max_tokens=1, seed=seed), method="sd")
             counts[r.token_ids[0]] += 1
-            rejected += r.stats.resampled
+            rejected += r.stats.counters.resampled
         observed = np.array([counts[t] for t in support], float)
         expected = p[support].astype(np.float64) * n
         keep = expected >= 5
@@ -382,8 +383,9 @@ def test_time_between_chunks_is_not_counted(fixture_engine: Engine) -> None:
             slept += 0.25
         s = gen.result.stats
         assert slept >= 0.25 * 4
-        assert s.total_seconds < slept / 2, (method, s.total_seconds, slept)
-        assert s.decode_seconds >= s.draft_seconds + s.target_seconds + s.verifier_seconds
+        assert s.timings.total_seconds < slept / 2, (method, s.timings.total_seconds, slept)
+        t = s.timings
+        assert t.decode_seconds >= t.draft_seconds + t.target_seconds + t.verifier_seconds
     # and one that stops reading (closes the stream) is not charged for the wait either
     gen = engine.stream(PROMPTS[2], SamplingParams(max_tokens=50), method="ar")
     t0 = time.perf_counter()
@@ -392,7 +394,7 @@ def test_time_between_chunks_is_not_counted(fixture_engine: Engine) -> None:
     time.sleep(1.0)
     gen.close()
     assert gen.result.finish_reason == "cancelled"
-    assert gen.result.stats.total_seconds < busy + 0.5
+    assert gen.result.stats.timings.total_seconds < busy + 0.5
 
 
 def test_unknown_method_and_bad_threshold(fixture_engine: Engine) -> None:

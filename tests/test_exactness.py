@@ -23,7 +23,7 @@ from scipy import stats
 
 from sprinter_edge import Engine, OperatingPoint, SamplingParams
 from sprinter_edge.backend.llama import LlamaModel
-from sprinter_edge.decoding.base import Origin
+from sprinter_edge.decoding import Origin
 from sprinter_edge.decoding.sampling import Sampler, distribution
 from sprinter_edge.verifiers.base import DraftFeatures, Verifier
 
@@ -216,7 +216,7 @@ def test_sd_greedy_matches_a_step_by_step_reference(fixture_engine: Engine, draf
         assert result.origins == ref.origins, text
         assert draft_calls == prefill + ref.draft_calls, text
         assert target_calls == [(prompt[:-1], 0)] + ref.target_calls, text
-        assert (result.stats.draft_tokens, result.stats.target_calls) == (
+        assert (result.stats.counters.draft_tokens, result.stats.counters.target_calls) == (
             len(ref.draft_calls), len(ref.target_calls)), text
         seen.update(result.origins)
     assert seen[Origin.RESAMPLED] >= 5 and seen[Origin.ACCEPTED] >= 5, seen
@@ -321,7 +321,7 @@ def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> 
                                  operating_point=OperatingPoint(threshold=threshold))
         counts[_cell(result)] += 1
         seen.update(result.origins)
-        kept, flags = kept + result.stats.kept, flags + result.stats.flags
+        kept, flags = kept + result.stats.counters.kept, flags + result.stats.counters.flags
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, (counts, exact)
     assert stats.binomtest(kept, kept + flags, a).pvalue > ALPHA, (kept, flags)  # the pass rate
     assert min(seen[o] for o in (Origin.ACCEPTED, Origin.RESAMPLED, Origin.BONUS)) >= 20, seen
@@ -373,7 +373,7 @@ def test_greedy_penalties_sd_equals_ar_equals_a_step_by_step_reference(
             gen.ctx.draft_len = draft_len
             sd = gen.consume()
             assert sd.token_ids == ar.token_ids, (text, draft_len)
-            assert sd.stats.accepted + sd.stats.resampled > 0
+            assert sd.stats.counters.accepted + sd.stats.counters.resampled > 0
         plain = engine.generate(prompt, params.replace(**dict.fromkeys(
             ("presence_penalty", "frequency_penalty"), 0.0), repeat_penalty=1.0), method="ar")
         changed += plain.token_ids != ar.token_ids

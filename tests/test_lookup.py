@@ -14,14 +14,14 @@ import pytest
 from test_exactness import ALPHA, PROMPTS, _cell, _chisquare_pvalue, _exact_joint
 
 from sprinter_edge import Engine, SamplingParams
+from sprinter_edge.costs import CopyEvidence
+from sprinter_edge.costs.table import CostTable
 from sprinter_edge.decoding.proposers.lookup import (
-    LookupEvidence,
     SuffixIndex,
     best_length,
     bucket_of,
 )
 from sprinter_edge.decoding.sampling import Sampler
-from sprinter_edge.planning.costs import CostTable
 from sprinter_edge.planning.planner import Planner
 
 COPY = ("Repeat this code exactly, in one python block:\n```python\ndef area(width, height):\n"
@@ -77,13 +77,13 @@ def test_pricing_follows_the_measured_curve_and_declines_what_does_not_pay() -> 
 
 
 def test_evidence_learns_per_bucket_and_forgets() -> None:
-    ev = LookupEvidence()
+    ev = CopyEvidence()
     b = bucket_of(12)
     before = ev.rate(b)
     for _ in range(50):
         ev.add(b, 0, stopped=True)
     assert ev.rate(b) < 0.1 < before
-    assert ev.rate(bucket_of(3)) == LookupEvidence().rate(bucket_of(3))  # other buckets untouched
+    assert ev.rate(bucket_of(3)) == CopyEvidence().rate(bucket_of(3))  # other buckets untouched
 
 
 def test_point_mass_proposals_keep_the_target_distribution() -> None:
@@ -103,7 +103,7 @@ def test_point_mass_proposals_keep_the_target_distribution() -> None:
 
 @pytest.fixture
 def lookup_engine(fixture_engine: Engine):
-    planner = Planner(flat(), flat())
+    planner = Planner.of(flat(), flat())
     fixture_engine.set_planner(planner)
     yield fixture_engine
     fixture_engine.set_planner(None)
@@ -118,7 +118,7 @@ def test_greedy_lookup_is_identical_to_ar(lookup_engine: Engine, method: str) ->
         ar = engine.generate(prompt, params, method="ar")
         got = engine.generate(prompt, params, method=method)
         assert got.token_ids == ar.token_ids, (method, prompt)
-        copied += got.stats.lookup_accepted
+        copied += got.stats.counters.lookup_accepted
         assert got.stats.exact
     assert copied > 5  # the copy prompt really ran on copied spans
 
@@ -135,7 +135,7 @@ def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> 
     for seed in range(n):
         result = engine.generate(prompt, params.replace(seed=seed), method="lookup")
         counts[_cell(result)] += 1
-        proposed += result.stats.lookup_tokens
+        proposed += result.stats.counters.lookup_tokens
     assert proposed >= n  # proposals were made and tested
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
 
@@ -143,13 +143,13 @@ def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> 
 def test_copy_guard_never_keeps_a_copied_token(fixture_engine: Engine) -> None:
     """`guarded` with a verifier that passes everything: every token it keeps without the target
     is one that does NOT continue a verbatim span; the copies all went to the target."""
-    from sprinter_edge.decoding.base import Origin
+    from sprinter_edge.decoding import Origin
     from sprinter_edge.verifiers.simple import NeverFlag
 
     engine = fixture_engine
     prompt = engine.encode(COPY)
     result = engine.generate(prompt, SamplingParams(max_tokens=48), method="guarded", verifier=NeverFlag())
-    assert not result.stats.exact and result.stats.flags > 0
+    assert not result.stats.exact and result.stats.counters.flags > 0
     index = SuffixIndex()
     kept = 0
     for i, (token, origin) in enumerate(zip(result.token_ids, result.origins, strict=True)):
@@ -159,4 +159,4 @@ def test_copy_guard_never_keeps_a_copied_token(fixture_engine: Engine) -> None:
             kept += 1
             assert not (match and end < len(index.seq) and index.seq[end] == token), i
     plain = engine.generate(prompt, SamplingParams(max_tokens=48), method="sprinter", verifier=NeverFlag())
-    assert plain.stats.kept > kept  # without the guard the copies are kept unchecked
+    assert plain.stats.counters.kept > kept  # without the guard the copies are kept unchecked

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sprinter_edge.decoding import SamplingParams
-from sprinter_edge.decoding.base import Origin
+from sprinter_edge.decoding import Origin, SamplingParams
 from sprinter_edge.errors import SprinterError
 from sprinter_edge.numerics import softmax
 from sprinter_edge.training import onpolicy
@@ -204,9 +203,9 @@ def test_cli_collects_on_policy_and_studies(fixture_target_path: Path, fixture_d
                 hardware=Hardware(n_ctx=512, n_threads=1)) as engine:
         res = engine.generate("Write a Python function that reverses a string.",
                               SamplingParams(max_tokens=6))
-        assert res.stats.domain == "code"
+        assert res.stats.point.domain == "code"
         res = engine.generate("Why is the sky blue?", SamplingParams(max_tokens=6))
-        assert res.stats.domain == "chat"
+        assert res.stats.point.domain == "chat"
     # draft-greedy data cannot be studied: a clear error, exit 1
     greedy_dir = tmp_path / "greedy"
     assert main(["verifier", "collect", "--data", str(greedy_dir), "--prompts", str(corpus), "--limit", "3",

@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from sprinter_edge.costs import Evidence, Rate
+from sprinter_edge.costs.table import CostTable
 from sprinter_edge.decoding.run_policy import RunPolicy, Verdict
-from sprinter_edge.planning.costs import CostTable
-from sprinter_edge.planning.planner import Planner, Running
+from sprinter_edge.planning.planner import Planner
 from sprinter_edge.training.collect import simulated_run_position
 
 
@@ -51,7 +52,8 @@ def test_the_planner_prices_the_policys_runs() -> None:
     """The planner's SPRINTER round is the expectation over `run_lengths`, nothing restated."""
     table = CostTable(last={n: 10.0 + 5.0 * n for n in (1, 2, 4, 8, 16, 32, 64)},
                       full={n: 10.0 + 6.0 * n for n in (1, 2, 4, 8, 16, 32, 64)})
-    planner = Planner(table, table, verifier_ms=0.5, flag_rate=Running(0.25), flagged_accept=Running(0.6))
+    evidence = Evidence(flag_rate=Rate(0.25), flagged_accept=Rate(0.6))
+    planner = Planner.of(table, table, evidence=evidence, verifier_ms=0.5)
     r = planner.round("sprinter", run_cap=8)
     runs = list(RunPolicy(0.0, 8).run_lengths(0.25))
     assert r.tokens == pytest.approx(sum(p * (k + 1 + 0.6) for k, p in runs))

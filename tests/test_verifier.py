@@ -390,4 +390,4 @@ def test_an_unreachable_threshold_is_warned_about(fixture_engine, caplog: pytest
                                              method="sprinter", verifier=Capped(),
                                              operating_point=OperatingPoint(threshold=0.6))
     warned = [r for r in caplog.records if "above the highest score" in r.getMessage()]
-    assert len(warned) == 1 and result.stats.kept == 0  # warned once; nothing passes
+    assert len(warned) == 1 and result.stats.counters.kept == 0  # warned once; nothing passes

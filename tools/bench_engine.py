@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             tokens = engine.encode(prompt)
             r = engine.generate(tokens, SamplingParams(max_tokens=args.max_tokens), method="ar")
             # same measure as the peer: tokens after the first over the time after the first
-            ours.append(r.stats.new_tokens / r.stats.decode_seconds)
+            ours.append(r.stats.new_tokens / r.stats.timings.decode_seconds)
             run = peer.generate(tokens, args.max_tokens)
             theirs.append(run.tokens_per_second)
             for method in overhead:

@@ -19,14 +19,15 @@ from __future__ import annotations
 from edit_replies import parser, setup
 
 from sprinter_edge.backend.llama import common_prefix
-from sprinter_edge.decoding.base import DecodeContext, Stats
+from sprinter_edge.costs import evidence
+from sprinter_edge.costs.table import CostTable, machine_costs
+from sprinter_edge.decoding import DecodeContext, Stats
 from sprinter_edge.decoding.proposers import lookup
 from sprinter_edge.decoding.proposers.lookup import PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
-from sprinter_edge.planning.costs import CostTable, machine_costs
 from sprinter_edge.planning.planner import Planner
 
-# name: (the proposer's options, the lookup module's constants)
+# name: (the proposer's options, constants of the lookup module or the copy evidence)
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "shipped": ({}, {}),
     "no-anchor": ({"anchor": False}, {}),
@@ -36,10 +37,10 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "anchor-window-16": ({}, {"ANCHOR_PRIOR": 0.8, "ANCHOR_WINDOW": 16}),
     "spec-factor-4": ({}, {"SPEC_FACTOR": 4}),
     "max-match-32": ({}, {"MAX_MATCH": 32}),
-    "min-match-2": ({}, {"MIN_MATCH": 2, "BUCKETS": (2, 3, 4, 6, 10, 16),
-                         "PRIOR": (0.4, 0.55, 0.7, 0.85, 0.92, 0.96), "ANCHOR": 6}),
-    "min-match-1": ({}, {"MIN_MATCH": 1, "BUCKETS": (1, 2, 3, 4, 6, 10, 16),
-                         "PRIOR": (0.3, 0.4, 0.55, 0.7, 0.85, 0.92, 0.96), "ANCHOR": 7}),
+    "min-match-2": ({}, {"MIN_MATCH": 2, "COPY_BUCKETS": (2, 3, 4, 6, 10, 16),
+                         "COPY_PRIOR": (0.4, 0.55, 0.7, 0.85, 0.92, 0.96), "ANCHOR": 6}),
+    "min-match-1": ({}, {"MIN_MATCH": 1, "COPY_BUCKETS": (1, 2, 3, 4, 6, 10, 16),
+                         "COPY_PRIOR": (0.3, 0.4, 0.55, 0.7, 0.85, 0.92, 0.96), "ANCHOR": 7}),
 }
 
 
@@ -48,7 +49,8 @@ def replay(proposer: PromptLookup, planner: Planner, prompt: list[int],
     """Predicted target milliseconds for `reply` and the proposer's counters."""
     stats = Stats(method="lookup")
     ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams(temperature=0.0)),
-                        stats=stats, max_new_tokens=len(reply), planner=planner, kind="edit")
+                        stats=stats, max_new_tokens=len(reply), costs=planner.costs,
+                        evidence=planner.evidence, kind="edit")
     seq = list(prompt)
     proposer.begin(ctx, seq)
     ms, pos = 0.0, 0
@@ -58,14 +60,14 @@ def replay(proposer: PromptLookup, planner: Planner, prompt: list[int],
         k = len(proposal)
         accepted = common_prefix(proposal.tokens, reply[pos:pos + k])
         ms += planner.target.all_rows(k + 1) if k else planner.target.cost(1)
-        stats.target_calls += 1
-        stats.target_tokens += k + 1
-        stats.target_sampled += k == 0
+        stats.counters.target_calls += 1
+        stats.counters.target_tokens += k + 1
+        stats.counters.target_sampled += k == 0
         proposer.feedback(ctx, proposal, accepted)
         n = min(accepted + 1, len(reply) - pos)
         seq.extend(reply[pos:pos + n])
         pos += n
-    stats.new_tokens = len(reply)
+    stats.counters.new_tokens = len(reply)
     return ms, stats
 
 
@@ -134,20 +136,21 @@ def main() -> int:
         print(f"measured lookup: {tokens / seconds:.1f} tok/s ({seconds:.1f} s decode)")
     for name in args.variants.split(","):
         options, constants = VARIANTS[name]
-        saved = {k: getattr(lookup, k) for k in constants}
-        for k, v in constants.items():
-            setattr(lookup, k, v)
-        planner = Planner(target=target)
+        modules = [(m, k) for k in constants for m in (lookup, evidence) if hasattr(m, k)]
+        saved = [(m, k, getattr(m, k)) for m, k in modules]
+        for m, k in modules:
+            setattr(m, k, constants[k])
+        planner = Planner.of(target=target)
         total, calls, plain, rows = 0.0, 0, 0, 0
         for _, prompt, reply in encoded:
-            ms, stats = replay(PromptLookup(planner.lookup_evidence("edit"), **options),
+            ms, stats = replay(PromptLookup(planner.evidence.copy("edit"), **options),
                                planner, prompt, reply)
             total += ms
-            calls += stats.target_calls
-            plain += stats.target_sampled
-            rows += stats.target_tokens
-        for k, v in saved.items():
-            setattr(lookup, k, v)
+            calls += stats.counters.target_calls
+            plain += stats.counters.target_sampled
+            rows += stats.counters.target_tokens
+        for m, k, v in saved:
+            setattr(m, k, v)
         print(f"{name:>18}: {tokens / total * 1000:.1f} tok/s predicted ({total / 1000:.1f} s), "
               f"{calls} target calls ({plain} plain steps), {rows} rows for {tokens} tokens")
         print("                    " + bottleneck(target, total, tokens, plain, rows))

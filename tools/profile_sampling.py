@@ -62,7 +62,7 @@ def main() -> int:
     profiler.disable()
     engine.close()
     stats = pstats.Stats(profiler)
-    decode = result.stats.decode_seconds
+    decode = result.stats.timings.decode_seconds
     sampling = cumulative(stats, SAMPLING)
     verifier = cumulative(stats, VERIFIER)
     total = sum(sampling.values()) + sum(verifier.values())

@@ -5,21 +5,23 @@ A decode call of n tokens that returns logits for r of them costs c(n, r). The L
 rows asked for pay it: SPRINTER's catch-up asks for 2 rows, SD for all k+1. Measured:
 c(n, 1) and c(n, n) for n in 1..32; c(n, r) is linear in r between them.
 
-Predicted seconds of a generation = draft_calls * d(1, 1) + target_calls * t(n_avg, r)
-+ the verifier time measured, with n_avg = target_tokens / target_calls and r the rows the
-method asks for. The same counters priced with a flat cost (a batch costs one token, as on
-a GPU or Apple Silicon) give the speed-up on such a machine.
+Predicted seconds of a generation = draft_calls * d(1, 1) + target_calls * t(n_avg, r_avg)
++ the verifier time measured, with n_avg = target_tokens / target_calls and r_avg the logits
+rows its calls returned on average (counted, whatever plans `auto` ran). The same counters
+priced with a flat cost (a batch costs one token, as on a GPU or Apple Silicon) give the
+speed-up on such a machine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decoding import get_strategy
-from ..decoding.base import Stats
-from ..planning.costs import SIZES, CostTable, measure
+from ..costs.pricing import flat_table
+from ..costs.table import SIZES, CostTable, measure
+from ..decoding import Stats
 
 __all__ = ["SIZES", "CostModel", "CostTable", "measure"]
+
 
 @dataclass
 class CostModel:
@@ -28,14 +30,15 @@ class CostModel:
 
     def predict_seconds(self, stats: Stats, *, flat: bool = False) -> float:
         """Decode seconds the counters imply (flat: every call costs a one-token step)."""
-        seconds = stats.verifier_seconds
-        if stats.target_calls:
-            n_avg = stats.target_tokens / stats.target_calls
-            rows = get_strategy(stats.method).target_rows(n_avg)
-            ms = self.target.cost(1) if flat else self.target.cost(n_avg, rows)
-            seconds += stats.target_calls * ms / 1e3
-        if stats.draft_calls and self.draft is not None:
-            seconds += stats.draft_calls * self.draft.cost(1) / 1e3
+        c = stats.counters
+        seconds = stats.timings.verifier_seconds
+        target = flat_table(self.target) if flat else self.target
+        if c.target_calls:
+            n_avg = c.target_tokens / c.target_calls
+            rows = c.target_rows / c.target_calls if c.target_rows else 1.0
+            seconds += c.target_calls * target.cost(n_avg, rows) / 1e3
+        if c.draft_calls and self.draft is not None:
+            seconds += c.draft_calls * self.draft.cost(1) / 1e3
         return seconds
 
     def predict_tps(self, stats: Stats, *, flat: bool = False) -> float:

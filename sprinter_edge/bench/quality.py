@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.llama import common_prefix
-from ..decoding.base import Origin
+from ..decoding import Origin
 from ..decoding.sampling import SamplingParams, distribution
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api import Engine
-from ..decoding import SamplingParams, get_strategy
-from ..decoding.base import Origin, Stats
+from ..decoding import Origin, SamplingParams, Stats
+from ..decoding.sprinter import Sprinter
+from ..methods import METHODS, get_strategy
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
@@ -28,8 +29,10 @@ from .prompts import BenchPrompt
 
 log = logging.getLogger(__name__)
 
-ENGINE_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "guarded", "oracle", "draft")
-SWEPT = ("sprinter", "guarded")  # approximate methods: one row per threshold or preset
+ORACLE = "oracle"  # sprinter with the oracle verifier: what a verifier that never errs would do
+ENGINE_METHODS = (*METHODS, ORACLE)
+# approximate methods that a verifier runs: one row per threshold or preset
+SWEPT = tuple(m for m in METHODS if not get_strategy(m).exact and get_strategy(m).needs_verifier)
 LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
 PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
@@ -50,7 +53,7 @@ class MethodSpec:
 
     @property
     def engine_method(self) -> str:
-        return "sprinter" if self.kind == "oracle" else self.kind
+        return Sprinter.name if self.kind == ORACLE else self.kind
 
     @property
     def needs_draft(self) -> bool:
@@ -236,7 +239,7 @@ class Runner:
             return (r.tokens, r.text, None, [], stats, r.decode_seconds,
                     max(r.new_tokens - 1, 0))
         tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop, seed)
-        return tokens, text, st, origins, st.to_dict(), st.decode_seconds, st.new_tokens
+        return tokens, text, st, origins, st.to_dict(), st.timings.decode_seconds, st.new_tokens
 
     # ------------------------------------------------------------------ the loop
     def run(self, prompts: Sequence[BenchPrompt],
@@ -267,7 +270,7 @@ class Runner:
                     res = quality.check_humaneval(by_id[rec.prompt_id].problem, rec.text,
                                                   self.config.humaneval_timeout)
                     rec.humaneval = dataclasses.asdict(res)
-        tasks = {p.id: p.problem for p in prompts if p.kind == "edit"}
+        tasks = {p.id: p.problem for p in prompts if p.kind in edits.PROMPT_KINDS}
         for rec in (r for r in records if r.prompt_id in tasks):  # checked after every timed run
             check = edits.check_reply(tasks[rec.prompt_id], rec.text, self.config.humaneval_timeout)
             if not check.passed and rec.stats.get("finish_reason") == "length":
@@ -317,4 +320,5 @@ class Runner:
         rec.mean_logprob = float(scores.logprob.mean())
         rec.greedy_agreement = float(scores.greedy.mean())
         if st is not None and unverified:
-            rec.false_pass = dataclasses.asdict(quality.false_pass(rec._origins, scores, st.resampled))
+            resampled = st.counters.resampled
+            rec.false_pass = dataclasses.asdict(quality.false_pass(rec._origins, scores, resampled))

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from ..decoding import METHODS, get_strategy
 from ..errors import ContextOverflowError, SprinterError
+from ..methods import METHODS, get_strategy
 from ..serving.chat_session import ChatSession
 from ..verifiers.operating_point import OperatingPoint
 from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
@@ -91,15 +91,16 @@ def format_stats(session: ChatSession) -> str:
     if result is None or turn is None:
         return "no reply yet"
     s = result.stats
+    c, t = s.counters, s.timings
     lines = [
         f"method {s.method}, finish {result.finish_reason}: {len(result.token_ids)} tokens "
-        f"in {s.total_seconds:.2f} s ({s.tokens_per_second:.2f} tok/s after the prompt)",
+        f"in {t.total_seconds:.2f} s ({s.tokens_per_second:.2f} tok/s after the prompt)",
         f"prompt {turn.prompt_tokens} tokens: {turn.reused_tokens} reused from the KV cache, "
-        f"{turn.reread_tokens} read ({s.prefill_seconds:.2f} s)",
-        f"target calls {s.target_calls} ({s.target_calls_per_token:.3f}/token), draft calls "
-        f"{s.draft_calls}",
-        f"tokens: target {s.target_sampled}, draft {s.draft_sampled}, kept {s.kept}, "
-        f"accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}, flags {s.flags}",
+        f"{turn.reread_tokens} read ({t.prefill_seconds:.2f} s)",
+        f"target calls {c.target_calls} ({s.target_calls_per_token:.3f}/token), draft calls "
+        f"{c.draft_calls}",
+        f"tokens: target {c.target_sampled}, draft {c.draft_sampled}, kept {c.kept}, "
+        f"accepted {c.accepted}, resampled {c.resampled}, bonus {c.bonus}, flags {c.flags}",
         f"output: {s.guarantee}",
     ]
     return "\n".join(lines)
@@ -168,7 +169,7 @@ class ChatRepl:
             turn = self.session.last_turn
             reread = turn.reread_tokens if turn else 0
             self.say(f"[{s.method}: {len(result.token_ids)} tokens, {s.tokens_per_second:.1f} tok/s, "
-                     f"{s.target_calls} target calls, {reread} prompt tokens read]")
+                     f"{s.counters.target_calls} target calls, {reread} prompt tokens read]")
 
     def command(self, line: str) -> str | None:
         name, _, arg = line.partition(" ")

@@ -8,8 +8,9 @@ import sys
 from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
-from ..decoding import METHODS, SamplingParams
+from ..decoding import SamplingParams
 from ..errors import SettingsError
+from ..methods import METHODS
 from ..verifiers.calibration import PRESETS
 
 

@@ -46,19 +46,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     if args.stats and not args.json:
         s = result.stats
+        c, point, trace = s.counters, s.point, s.trace
         print(f"[{s.method}] {s.new_tokens} tokens, {s.tokens_per_second:.2f} tok/s, "
-              f"{s.target_calls} target calls ({s.target_calls_per_token:.3f}/token), "
-              f"kept {s.kept}, accepted {s.accepted}, resampled {s.resampled}, bonus {s.bonus}",
+              f"{c.target_calls} target calls ({s.target_calls_per_token:.3f}/token), "
+              f"kept {c.kept}, accepted {c.accepted}, resampled {c.resampled}, bonus {c.bonus}",
               file=sys.stderr)
         print(f"[output] {s.guarantee}", file=sys.stderr)
-        if s.lookup_tokens:
-            print(f"[lookup] {s.lookup_accepted} of {s.lookup_tokens} copied tokens accepted "
+        if c.lookup_tokens:
+            print(f"[lookup] {c.lookup_accepted} of {c.lookup_tokens} copied tokens accepted "
                   f"(a {s.kind} request)", file=sys.stderr)
-        if s.threshold is not None:
-            print(f"[verifier] {s.verifier} at threshold {s.threshold:g} (a {s.domain} request)",
-                  file=sys.stderr)
-        if s.plan:
-            print(f"[auto] ran {' -> '.join(s.plans_run) or s.plan} ({s.plan_switches} switches): "
-                  f"{s.plan_reason}", file=sys.stderr)
+        if point.threshold is not None:
+            print(f"[verifier] {point.verifier} at threshold {point.threshold:g} (a {point.domain} "
+                  "request)", file=sys.stderr)
+        if trace.plan:
+            print(f"[auto] ran {' -> '.join(trace.plans_run) or trace.plan} ({trace.plan_switches} "
+                  f"switches): {trace.plan_reason}", file=sys.stderr)
     engine.close()
     return 0

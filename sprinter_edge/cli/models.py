@@ -211,7 +211,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 def _curve_lines(target) -> list[str]:  # type: ignore[no-untyped-def]
     """The target's raw cost at every size of costs.SIZES, and where it is not monotone."""
-    from ..planning.costs import SIZES, dips, measure
+    from ..costs.table import SIZES, dips, measure
 
     table = measure(target, SIZES, repeats=3, all_rows=False, monotone=False)
     lines = ["  target curve (ms per call of n tokens, 1 logits row, raw, median of 3) "

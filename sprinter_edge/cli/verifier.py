@@ -240,7 +240,7 @@ def run_study(args: argparse.Namespace) -> int:
         if embedding:
             data = dict(data) | {"embedding": _draft_embeddings(engine, meta, data["token"])}
         if args.costs == "machine":
-            from ..planning.costs import machine_costs
+            from ..costs.table import machine_costs
 
             table = machine_costs(engine.target)
 

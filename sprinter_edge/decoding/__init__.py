@@ -1,11 +1,13 @@
-"""Decoding strategies side by side behind one interface (see base.py)."""
+"""Decoding: strategies side by side behind one interface (strategy.py), the speculative loop
+they share (loop.py, proposers/, acceptor.py), the sampler and the driver (stream.py).
+
+`STRATEGIES` is the registry of the methods decoding implements; `auto`, which chooses among
+them, sits above in planning/ (sprinter_edge.methods lists both)."""
 
 from __future__ import annotations
 
-from ..errors import SettingsError
 from .ar import Autoregressive
-from .auto import Auto
-from .base import DecodeContext, Origin, Stats, Strategy
+from .context import DecodeContext, Step, TokenLogprob
 from .draft import DraftOnly
 from .guarded import Guarded
 from .lookup import Lookup
@@ -13,22 +15,18 @@ from .sampling import Sampler, SamplingParams
 from .sd import Speculative
 from .sprinter import Sprinter
 from .staged import Staged
+from .stats import Counters, Origin, PlanTrace, PointUsed, Stats, Timings
+from .strategy import Plan, PriceInputs, RoundPrice, Strategy
 from .stream import Chunk, Generation, GenerationResult
 
+# The registry: a new method is its file and a line here. The order is the order `auto`
+# prices candidates in (ties go to the first).
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (Auto, Autoregressive, Speculative, Lookup, Staged, Sprinter, Guarded, DraftOnly)
+    cls.name: cls for cls in (Autoregressive, Lookup, Staged, Speculative, Sprinter, Guarded, DraftOnly)
 }
-METHODS = tuple(STRATEGIES)
-
-
-def get_strategy(name: str) -> Strategy:
-    try:
-        return STRATEGIES[name]()
-    except KeyError:
-        raise SettingsError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
-
 
 __all__ = [
-    "METHODS", "STRATEGIES", "Chunk", "DecodeContext", "Generation", "GenerationResult",
-    "Origin", "Sampler", "SamplingParams", "Stats", "Strategy", "get_strategy",
+    "STRATEGIES", "Chunk", "Counters", "DecodeContext", "Generation", "GenerationResult", "Origin", "Plan",
+    "PlanTrace", "PointUsed", "PriceInputs", "RoundPrice", "Sampler", "SamplingParams", "Stats", "Step",
+    "Strategy", "Timings", "TokenLogprob",
 ]

@@ -14,14 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import DecodeContext, Origin, Step
+from .context import DecodeContext, Step
 from .proposers.base import Proposal
+from .stats import Origin
 
 
 @dataclass
 class Round:
     step: Step  # committed tokens with their origin
     accepted: int  # proposed untrusted tokens the target accepted
+    tested: int = 0  # proposed tokens that went through the p/q test
     rows: np.ndarray | None = None  # with all_rows: the target's row predicting each proposed token
 
 
@@ -32,7 +34,7 @@ def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: 
     step: Step = [(t, Origin.KEPT) for t in tokens[:trusted]]
     if trusted and trusted == len(tokens):  # nothing to test (the budget ended the run)
         return Round(step, 0)
-    sampler, stats = ctx.sampler, ctx.stats
+    sampler = ctx.sampler
     n_test = len(tokens) - trusted
     n_rows = len(tokens) + 1 if all_rows else n_test + 1
     out = ctx.target_step(seq + tokens, n_logits=n_rows)
@@ -41,13 +43,12 @@ def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: 
         j = trusted + i
         token, context = tokens[j], seq + tokens[:j]
         p = sampler.prepare(logits[i], context)
-        stats.sd_tests += 1
         ok, replacement = sampler.verify(token, p, proposal.q[j])
         if not ok:
             assert replacement is not None
             ctx.record_target(logits[i], replacement)
             step.append((replacement, Origin.RESAMPLED))
-            return Round(step, i, out.logits if all_rows else None)
+            return Round(step, i, i + 1, out.logits if all_rows else None)
         ctx.record_target(logits[i], token)
         step.append((token, Origin.ACCEPTED))
     if not (tokens and ctx.text_eog(tokens[-1])):
@@ -55,4 +56,4 @@ def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: 
         bonus = sampler.draw(sampler.prepare(row, seq + tokens))
         ctx.record_target(row, bonus)
         step.append((bonus, Origin.BONUS if tokens else Origin.TARGET))
-    return Round(step, n_test, out.logits if all_rows else None)
+    return Round(step, n_test, n_test, out.logits if all_rows else None)

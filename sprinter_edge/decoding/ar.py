@@ -3,13 +3,22 @@ with no proposer."""
 
 from __future__ import annotations
 
-from .base import DecodeContext
+from .context import DecodeContext
 from .loop import LoopStrategy
 from .proposers.base import NoProposal, Proposer
+from .strategy import Plan, PriceInputs, RoundPrice
 
 
 class Autoregressive(LoopStrategy):
     name = "ar"
+    learned = True
 
-    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+    def plans(self, inputs: PriceInputs) -> list[Plan]:
+        return [Plan(self.name)]
+
+    def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice:
+        return RoundPrice(0.0, inputs.costs.target.cost(1), 1.0, 1.0)
+
+    def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
         return NoProposal()
+

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .base import DecodeContext, Origin, Step, Strategy
+from .context import DecodeContext, Step
+from .stats import Origin
+from .strategy import Strategy
 
 
 class DraftOnly(Strategy):

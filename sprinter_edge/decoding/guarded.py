@@ -4,15 +4,19 @@ Approximate, like `sprinter`: the verifier's passed tokens are never seen by the
 
 from __future__ import annotations
 
-from .base import DecodeContext
+from .context import DecodeContext
 from .proposers.base import Proposer
 from .proposers.draft import CopyGuard, DraftProposer
 from .sprinter import Sprinter
+from .strategy import Plan, PriceInputs
 
 
 class Guarded(Sprinter):
     name = "guarded"
 
-    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+    def plans(self, inputs: PriceInputs) -> list[Plan]:
+        return []  # not a plan `auto` runs: asked for by name
+
+    def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
         assert ctx.verifier is not None
         return DraftProposer(CopyGuard(ctx.verifier, ctx.threshold, ctx.run_cap, ctx.verify_eog))

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .acceptor import accept
-from .base import DecodeContext, Step, Strategy
+from .context import DecodeContext, Step
 from .proposers.base import Proposer
+from .strategy import Plan, Strategy
 
 
 def run_loop(ctx: DecodeContext, prompt: list[int], proposer: Proposer) -> Iterator[Step]:
@@ -22,15 +23,17 @@ def run_loop(ctx: DecodeContext, prompt: list[int], proposer: Proposer) -> Itera
     while True:
         proposal = proposer.propose(ctx, seq)
         done = accept(ctx, seq, proposal)
+        ctx.stats.counters.add_round(proposal, done.tested, done.accepted)
         proposer.feedback(ctx, proposal, done.accepted)
         seq.extend(t for t, _ in done.step)
         yield done.step
 
 
 class LoopStrategy(Strategy):
-    """A strategy that is the loop with the proposer `make_proposer` builds for a context."""
+    """A strategy that is the loop with the proposer `make_proposer` builds."""
 
-    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+    def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
+        """The proposer for `plan` (None: this strategy's settings in `ctx`)."""
         raise NotImplementedError
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:

@@ -29,10 +29,15 @@ above does not hold, and the expected false passes per token -- the mean of
 
 from __future__ import annotations
 
-from .base import DecodeContext
+from ..costs import Evidence
+from .context import DecodeContext
 from .loop import LoopStrategy
 from .proposers.base import Proposer
 from .proposers.draft import DraftProposer, VerifierRun
+from .run_policy import RunPolicy
+from .strategy import Plan, PriceInputs, RoundPrice
+
+RUN_CAPS = (4, 6, 8, 12, 16, 20, 24, 32)  # the run caps `auto` prices
 
 
 class Sprinter(LoopStrategy):
@@ -42,9 +47,35 @@ class Sprinter(LoopStrategy):
     needs_verifier = True
     exact = False
 
-    def target_rows(self, n_tokens: float) -> float:
-        return 2.0  # the flagged token and the bonus token
+    def plans(self, inputs: PriceInputs) -> list[Plan]:
+        cap = inputs.max_run_cap
+        caps = [c for c in RUN_CAPS if cap is None or c <= cap]
+        if cap is not None and cap not in caps:
+            caps.append(cap)
+        return [Plan(self.name, run_cap=c) for c in caps]
 
-    def make_proposer(self, ctx: DecodeContext) -> Proposer:
+    def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice:
+        """A mixture over run lengths: `kept` tokens kept, then one verified (flagged, or forced
+        at the cap), under the decoder's own run policy (the threshold only matters through the
+        flag rate)."""
+        t, d, ev = inputs.costs.target, inputs.costs.draft, inputs.evidence
+        assert d is not None
+        d1, d2 = d.cost(1), d.cost(2)
+        f = min(max(ev.flag_rate.value, 1e-3), 1.0)
+        acc = ev.flagged_accept.value
+        draft_ms = target_ms = tokens = batch = 0.0
+        for kept, p in RunPolicy(0.0, plan.run_cap).run_lengths(f):
+            steps = kept + 1
+            draft_ms += p * (steps * d1 + steps * inputs.verifier_ms + acc * (d2 - d1))
+            target_ms += p * t.cost(kept + 2, 2)  # pending tokens + the last committed one
+            batch += p * (kept + 2)
+            tokens += p * (kept + 1 + acc)
+        return RoundPrice(draft_ms, target_ms, tokens, batch)
+
+    def learn(self, evidence: Evidence, done: dict[str, int]) -> None:
+        evidence.observe_sprinter(done["kept"], done["flags"], done["accepted"], done["resampled"])
+
+    def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
         assert ctx.verifier is not None
-        return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, ctx.run_cap, ctx.verify_eog))
+        cap = plan.run_cap if plan is not None else ctx.run_cap
+        return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, cap, ctx.verify_eog))

@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from .lookup import Lookup
 
+# x ar's speed before it has run: staged ran 1.8-1.9x ar on single-function edits, below lookup
+PRIOR = {"edit": 1.6, "code": 1.0, "chat": 1.0}
+
 
 class Staged(Lookup):
     name = "staged"
     needs_draft = True
     uses_draft = True
     stage = True
+
+    def prior_speedup(self, kind: str) -> float:
+        return PRIOR.get(kind, 1.0)

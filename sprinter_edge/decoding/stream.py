@@ -9,7 +9,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..backend.llama import LlamaModel
-from .base import DecodeContext, Origin, Stats, Strategy, TokenLogprob
+from .context import DecodeContext, TokenLogprob
+from .stats import Origin, Stats
+from .strategy import Strategy
 
 
 @dataclass
@@ -123,6 +125,7 @@ class Generation:
 
     def _run(self) -> Iterator[Chunk]:
         ctx, stats = self.ctx, self.ctx.stats
+        counters, timings = stats.counters, stats.timings
         stats.method = self.strategy.name
         stats.prompt_tokens = len(self.prompt)
         # The engine's own time only: the clock stops while a chunk is with the consumer
@@ -149,18 +152,18 @@ class Generation:
             # decode of each strategy reads with its logits.
             for model in self.strategy.prefill_models(ctx):
                 model.sync(self.prompt[:-1], n_logits=0)
-            stats.prefill_seconds = time.perf_counter() - t_start
+            timings.prefill_seconds = time.perf_counter() - t_start
             if ctx.max_new_tokens <= 0:
                 finish = "length"
                 return
             steps = self.strategy.run(ctx, self.prompt)
             done = False
             for step in steps:
-                if not stats.first_token_seconds:  # prompt read + first step, engine time only
-                    stats.first_token_seconds = busy + time.perf_counter() - t_resumed
+                if not timings.first_token_seconds:  # prompt read + first step, engine time only
+                    timings.first_token_seconds = busy + time.perf_counter() - t_resumed
                 for token, origin in step:
                     if self.text_model.is_eog(token):
-                        stats.count(origin)  # the end token is generated work, not text
+                        counters.count(origin)  # the end token is generated work, not text
                         finish, done = "stop", True
                         break
                     if want_logprobs:
@@ -169,7 +172,7 @@ class Generation:
                         logprobs.append(entry)
                     token_ids.append(token)
                     origins.append(origin)
-                    stats.count(origin)
+                    counters.count(origin)
                     ctx.produced += 1
                     text += decoder.decode(self.text_model.token_bytes(token))
                     reach.append(len(text) + (1 if decoder.getstate()[0] else 0))
@@ -206,7 +209,7 @@ class Generation:
         finally:
             if steps is not None:
                 steps.close()
-            stats.total_seconds = busy + time.perf_counter() - t_resumed
+            timings.total_seconds = busy + time.perf_counter() - t_resumed
             stats.finish_reason = finish
             self.result = GenerationResult(
                 text=text, token_ids=token_ids, method=self.strategy.name, stats=stats,

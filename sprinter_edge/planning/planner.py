@@ -1,9 +1,11 @@
 """The `auto` method's brain: predict each method's milliseconds per token on this machine and
 pick the fastest, learning from what actually happens.
 
-Candidates: `ar`, `sd` (draft length), `lookup` and `staged` (prompt-lookup proposals, priced
-per round by the proposer itself), all exact; `sprinter` (run cap) only when the caller allows
-an approximate operating point. Evidence is kept per kind of request (edit, code, chat): a
+Candidates: every registered strategy's plans (`Strategy.plans`: `ar`, `sd` per draft length,
+`lookup`, `staged`, and `sprinter` per run cap only when the caller allows an approximate
+operating point), each priced by its strategy from this machine's costs and the evidence so
+far (`Strategy.price`), or, for a method whose speed is learned by running it, from a prior
+speed-up over `ar`. Evidence is kept per kind of request (edit, code, chat): a
 copy-heavy edit and a fresh chat reply favour different plans. A plan whose prediction is
 within PROBE_WITHIN of the best but that has not run for PROBE_TOKENS tokens on this kind is
 probed: predictions for copy-based proposals are guesses until measured.
@@ -21,109 +23,68 @@ A speculative method is only chosen when it is predicted to beat `ar` by a margi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from ..decoding.run_policy import RunPolicy
-from .costs import CostTable
+from ..costs import Costs, CostTable, Evidence, Rate
+from ..decoding import STRATEGIES, Plan, PriceInputs, RoundPrice, Strategy
+from ..decoding.ar import Autoregressive
 
-SD_DRAFT_LENS = (1, 2, 3, 4, 5, 6, 8)
-KINDS = ("edit", "code", "chat")
-# Before any measurement, x ar's speed: prompt lookup is a plain step plus proposals that pass
-# its own cost test, so a little above ar on fresh text; staged adds a draft batch per
-# proposal. An edit request (it carries the code or document the reply reworks) is a copy:
-# lookup measured 2.3-2.5x ar on 50 edit tasks and staged 1.8-1.9x on 30 of them, held in and
-# held out (docs/benchmarks.md, sessions 5-7); the priors stay below that.
-LOOKUP_PRIOR = {"edit": 2.0, "code": 1.02, "chat": 1.02}
-STAGED_PRIOR = {"edit": 1.6, "code": 1.0, "chat": 1.0}
 PROBE_WITHIN = 0.15  # probe a plan predicted within 15% of the best ...
 PROBE_TOKENS = 48  # ... until it has run this many tokens on this kind of request: until then
 # its prior decides whether it is close (a few measured tokens at a reply's start copy nothing)
-PROBED = ("ar", "lookup", "staged")  # plans whose speed is learned by running them
-RUN_CAPS = (4, 6, 8, 12, 16, 20, 24, 32)
 MARGIN = 0.05  # a speculative plan must be predicted >= 5% faster than ar to be chosen
-PRIOR_WEIGHT = 32.0  # priors count as this many observed tokens
+BASELINE = Autoregressive()
 
 
-@dataclass
-class Running:
-    """A running mean with a prior worth PRIOR_WEIGHT observations; recent data weigh more
-    once there is plenty (the kind of text changes between replies)."""
-
-    value: float
-    weight: float = PRIOR_WEIGHT
-
-    def add(self, value: float, n: float) -> None:
-        if n <= 0:
-            return
-        self.weight = min(self.weight, 512.0)  # forget slowly: at most 512 tokens of memory
-        self.value = (self.value * self.weight + value * n) / (self.weight + n)
-        self.weight += n
-
-
-@dataclass(frozen=True)
-class Round:
-    """One expected round of a method (a mixture over run lengths for SPRINTER): the draft and
-    verifier milliseconds, the milliseconds of its one target call, that call's mean batch and
-    the tokens the round yields. ms per token = (draft_ms + target_ms) / tokens."""
-
-    draft_ms: float
-    target_ms: float
-    tokens: float
-    batch: float
-
-
-@dataclass(frozen=True)
-class Plan:
-    method: str  # ar | sd | lookup | staged | sprinter
-    ms_per_token: float  # predicted, after the efficiency correction
-    draft_len: int = 0  # sd
-    run_cap: int | None = None  # sprinter
-
-    @property
-    def label(self) -> str:
-        if self.method == "sd":
-            return f"sd(k={self.draft_len})"
-        if self.method == "sprinter":
-            return f"sprinter(cap={self.run_cap})"
-        return self.method
-
-    @property
-    def tokens_per_second(self) -> float:
-        return 1e3 / self.ms_per_token if self.ms_per_token > 0 else 0.0
-
-    @property
-    def exact(self) -> bool:
-        return self.method != "sprinter"
+def strategy_of(plan: Plan) -> Strategy:
+    return STRATEGIES[plan.method]()
 
 
 @dataclass
 class Planner:
-    """Chooses among ar, sd (draft length), lookup, staged and sprinter (run cap) for one engine."""
+    """Chooses among the registered strategies' plans for one engine."""
 
-    target: CostTable
-    draft: CostTable | None = None
+    costs: Costs
+    evidence: Evidence = field(default_factory=Evidence)
     verifier_ms: float = 0.0  # one verifier score
     max_run_cap: int | None = 20  # the user's cap bounds SPRINTER's (a quality setting)
-    use_sprinter: bool = True
-    # what the pair does (priors; updated as it runs)
-    sd_accept: Running = field(default_factory=lambda: Running(0.75))
-    flag_rate: Running = field(default_factory=lambda: Running(0.2))
-    flagged_accept: Running = field(default_factory=lambda: Running(0.5))
+    use_sprinter: bool = True  # approximate plans may be candidates (when the caller allows)
     # measured / predicted time per method (1 = the cost model is right)
-    efficiency: dict[str, Running] = field(default_factory=dict)
+    efficiency: dict[str, Rate] = field(default_factory=dict)
     # per kind of request: measured ms per token of each plan label, and tokens it ran
-    measured: dict[tuple[str, str], Running] = field(default_factory=dict)
+    measured: dict[tuple[str, str], Rate] = field(default_factory=dict)
     ran: dict[tuple[str, str], int] = field(default_factory=dict)
-    # per kind of request: acceptance of copied spans (the lookup proposers read and write it)
-    lookup: dict[str, Any] = field(default_factory=dict)
 
-    def lookup_evidence(self, kind: str) -> Any:
-        from ..decoding.proposers.lookup import LookupEvidence
+    @classmethod
+    def of(cls, target: CostTable, draft: CostTable | None = None, **kwargs: Any) -> Planner:
+        return cls(Costs(target, draft), **kwargs)
 
-        return self.lookup.setdefault(kind, LookupEvidence())
+    @property
+    def target(self) -> CostTable:
+        return self.costs.target
+
+    @property
+    def draft(self) -> CostTable | None:
+        return self.costs.draft
+
+    def inputs(self, kind: str = "chat") -> PriceInputs:
+        return PriceInputs(self.costs, self.evidence, kind, self.verifier_ms, self.max_run_cap)
+
+    def candidates(self, approximate: bool = False) -> list[Strategy]:
+        """The registered strategies whose plans may run here: the draft's only with a draft,
+        approximate ones only when the caller chose an operating point."""
+        out = []
+        for cls in STRATEGIES.values():
+            s = cls()
+            if (s.uses_draft or s.needs_draft) and self.draft is None:
+                continue
+            if not s.exact and not (approximate and self.use_sprinter):
+                continue
+            out.append(s)
+        return out
 
     # ------------------------------------------------------------------ predictions
     def _eff(self, method: str) -> float:
@@ -132,42 +93,23 @@ class Planner:
         r = self.efficiency.get(method)
         if r is not None:
             return r.value
-        if method == "ar":
+        if method == BASELINE.name:
             return 1.0
-        seen = [v for k, v in self.efficiency.items() if k != "ar"]
+        seen = [v for k, v in self.efficiency.items() if k != BASELINE.name]
         return sum(v.value * v.weight for v in seen) / sum(v.weight for v in seen) if seen else 1.0
 
-    def raw_ms(self, method: str, *, draft_len: int = 4, run_cap: int | None = 20) -> float:
-        """Predicted decode milliseconds per generated token, from costs and acceptance."""
-        r = self.round(method, draft_len=draft_len, run_cap=run_cap)
-        return (r.draft_ms + r.target_ms) / r.tokens
+    def round(self, plan: Plan | str, **settings: Any) -> RoundPrice:
+        """The expected round of `plan` (a plan, or a method name and its settings) from costs and
+        the evidence so far; a method priced by a prior is priced as a plain step here."""
+        plan = Plan(plan, **settings) if isinstance(plan, str) else plan
+        inputs = self.inputs()
+        price = strategy_of(plan).price(plan, inputs) if self.draft is not None or plan.method == \
+            BASELINE.name else None
+        return price if price is not None else BASELINE.price(Plan(BASELINE.name), inputs)
 
-    def round(self, method: str, *, draft_len: int = 4, run_cap: int | None = 20) -> Round:
-        """The expected round of `method`: draft (and verifier) ms, the one target call's ms and
-        its mean batch, the tokens it yields."""
-        t = self.target
-        if method == "ar" or self.draft is None:
-            return Round(0.0, t.cost(1), 1.0, 1.0)
-        d1, d2 = self.draft.cost(1), self.draft.cost(2)
-        if method == "sd":
-            a, k = min(self.sd_accept.value, 0.999), draft_len
-            tokens = (1 - a ** (k + 1)) / (1 - a)
-            all_pass = a ** k  # then the draft reads the last draft token and the bonus: 2 tokens
-            return Round(k * d1 + all_pass * (d2 - d1), t.cost(k + 1, k + 1), tokens, k + 1.0)
-        if method == "sprinter":
-            f = min(max(self.flag_rate.value, 1e-3), 1.0)
-            acc = self.flagged_accept.value
-            draft_ms = target_ms = tokens = batch = 0.0
-            # `kept` tokens kept, then one verified (flagged, or forced at the cap), under the
-            # decoder's own run policy (the threshold only matters through f)
-            for kept, p in RunPolicy(0.0, run_cap).run_lengths(f):
-                steps = kept + 1
-                draft_ms += p * (steps * d1 + steps * self.verifier_ms + acc * (d2 - d1))
-                target_ms += p * t.cost(kept + 2, 2)  # pending tokens + the last committed one
-                batch += p * (kept + 2)
-                tokens += p * (kept + 1 + acc)
-            return Round(draft_ms, target_ms, tokens, batch)
-        raise ValueError(f"no cost model for method {method!r}")
+    def raw_ms(self, plan: Plan | str, **settings: Any) -> float:
+        """Predicted decode milliseconds per generated token, from costs and acceptance."""
+        return self.round(plan, **settings).ms_per_token
 
     def plans(self, kind: str = "chat", approximate: bool = False, *, measured: bool = True) -> list[Plan]:
         """Every candidate with its corrected prediction, fastest first. `approximate`: the
@@ -176,20 +118,18 @@ class Planner:
         def kind_ms(label: str, predicted: float) -> float:
             return self._kind_ms(kind, label, predicted) if measured else predicted
 
-        ar_ms = kind_ms("ar", self.raw_ms("ar") * self._eff("ar"))
-        out = [Plan("ar", ar_ms)]
-        out.append(Plan("lookup", kind_ms("lookup", ar_ms / LOOKUP_PRIOR.get(kind, 1.02))))
-        if self.draft is not None:
-            out.append(Plan("staged", kind_ms("staged", ar_ms / STAGED_PRIOR.get(kind, 1.0))))
-            out += [Plan("sd", kind_ms(f"sd(k={k})", self.raw_ms("sd", draft_len=k) * self._eff("sd")),
-                         draft_len=k) for k in SD_DRAFT_LENS]
-            if self.use_sprinter and approximate:
-                caps = [c for c in RUN_CAPS if self.max_run_cap is None or c <= self.max_run_cap]
-                if self.max_run_cap is not None and self.max_run_cap not in caps:
-                    caps.append(self.max_run_cap)
-                out += [Plan("sprinter", kind_ms(
-                    f"sprinter(cap={c})", self.raw_ms("sprinter", run_cap=c) * self._eff("sprinter")),
-                    run_cap=c) for c in caps]
+        inputs = self.inputs(kind)
+        base = Plan(BASELINE.name)
+        ar_ms = kind_ms(base.label, self.raw_ms(base) * self._eff(BASELINE.name))
+        out = [replace(base, ms_per_token=ar_ms)]
+        for strategy in self.candidates(approximate):
+            for plan in strategy.plans(inputs):
+                if plan.method == BASELINE.name:
+                    continue
+                price = strategy.price(plan, inputs)
+                ms = (ar_ms / strategy.prior_speedup(kind) if price is None
+                      else price.ms_per_token * self._eff(plan.method))
+                out.append(replace(plan, ms_per_token=kind_ms(plan.label, ms)))
         return sorted(out, key=lambda p: p.ms_per_token)
 
     def _kind_ms(self, kind: str, label: str, predicted: float) -> float:
@@ -204,23 +144,23 @@ class Planner:
         """The plan to run and why: the fastest predicted (a draft plan only when it beats ar
         by MARGIN), or a probe of a close plan not yet measured on this kind of request."""
         plans = self.plans(kind, approximate)
-        ar = next(p for p in plans if p.method == "ar")
+        ar = next(p for p in plans if p.method == BASELINE.name)
         best = plans[0]
         if self.ran.get((kind, best.label), 0) >= PROBE_TOKENS:
             # a plan not yet run PROBE_TOKENS tokens here is judged by the better of its
             # prediction and its prior: a few tokens are no measurement
             prior = {p.label: p.ms_per_token for p in self.plans(kind, approximate, measured=False)}
             unproven = [(min(p.ms_per_token, prior[p.label]), p) for p in plans[1:]
-                        if p.method in PROBED and self.ran.get((kind, p.label), 0) < PROBE_TOKENS]
+                        if strategy_of(p).learned and self.ran.get((kind, p.label), 0) < PROBE_TOKENS]
             close = [(ms, p) for ms, p in unproven if ms <= best.ms_per_token * (1 + PROBE_WITHIN)]
             if close:
                 p = min(close, key=lambda c: c[0])[1]
                 return p, (f"probing {p.label} on {kind} requests (predicted within "
                            f"{PROBE_WITHIN:.0%} of {best.label})")
-        if best.method in PROBED and best.method != "ar":  # they price every proposal themselves
+        if strategy_of(best).learned and best.method != BASELINE.name:  # they price every proposal
             return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests")
-        if best.method == "ar" or best.ms_per_token > ar.ms_per_token * (1 - MARGIN):
-            other = next((p for p in plans if p.method != "ar"), None)
+        if best.method == BASELINE.name or best.ms_per_token > ar.ms_per_token * (1 - MARGIN):
+            other = next((p for p in plans if p.method != BASELINE.name), None)
             why = (f"{other.label} predicted {ar.ms_per_token / other.ms_per_token:.2f}x ar on {kind} "
                    "requests: not worth it" if other else "no draft model")
             return ar, why
@@ -232,12 +172,7 @@ class Planner:
         for p in self.plans(kind, approximate=True):
             if p.label == plan.label:
                 return p.ms_per_token
-        return self.predicted(plan) * self._eff(plan.method)
-    def predicted(self, plan: Plan) -> float:
-        """Uncorrected ms per token of `plan` under the current acceptance estimates."""
-        if plan.method in ("lookup", "staged"):
-            return self.raw_ms("ar")
-        return self.raw_ms(plan.method, draft_len=plan.draft_len, run_cap=plan.run_cap)
+        return self.raw_ms(plan) * self._eff(plan.method)
 
     # ------------------------------------------------------------------ evidence
     def observe_time(self, plan: Plan, tokens: int, seconds: float, kind: str = "chat") -> None:
@@ -249,24 +184,11 @@ class Planner:
         self.ran[key] = self.ran.get(key, 0) + tokens
         r = self.measured.get(key)
         if r is None:
-            self.measured[key] = Running(ms, float(tokens))
+            self.measured[key] = Rate(ms, float(tokens))
         else:
             r.add(ms, tokens)
-        if plan.method not in ("lookup", "staged"):  # their prediction is a prior, not a model
-            self.efficiency.setdefault(plan.method, Running(1.0, 8.0)).add(ms / self.predicted(plan), tokens)
-
-    def observe_sd(self, accepted: int, rejected: int) -> None:
-        n = accepted + rejected
-        if n:
-            self.sd_accept.add(accepted / n, n)
-
-    def observe_sprinter(self, kept: int, flagged: int, accepted: int, rejected: int) -> None:
-        scored = kept + flagged
-        if scored:
-            self.flag_rate.add(flagged / scored, scored)
-        n = accepted + rejected
-        if n:
-            self.flagged_accept.add(accepted / n, n)
+        if strategy_of(plan).price(plan, self.inputs(kind)) is not None:  # a priced model, not a prior
+            self.efficiency.setdefault(plan.method, Rate(1.0, 8.0)).add(ms / self.raw_ms(plan), tokens)
 
     def switch_ms(self, tokens_behind: int, to_draft: bool) -> float:
         """The one-off cost of catching a model up on `tokens_behind` tokens."""
@@ -278,14 +200,8 @@ class Planner:
 def flat_copy(planner: Planner) -> Planner:
     """The same planner priced as if a decode call cost one token whatever its batch (a GPU or
     Apple Silicon, roughly): what `auto` would do on such a machine with this pair."""
-    def flat(table: CostTable | None) -> CostTable | None:
-        if table is None:
-            return None
-        one = table.cost(1)
-        return CostTable(last=dict.fromkeys(table.last, one), full=dict.fromkeys(table.full, one))
-
-    return Planner(flat(planner.target), flat(planner.draft), planner.verifier_ms, planner.max_run_cap,
-                   planner.use_sprinter, planner.sd_accept, planner.flag_rate, planner.flagged_accept)
+    return Planner(planner.costs.flat(), planner.evidence, planner.verifier_ms, planner.max_run_cap,
+                   planner.use_sprinter)
 
 
 @dataclass(frozen=True)
@@ -302,8 +218,8 @@ class FlatBound:
     ratio: float
     c1: float  # target ms for one token
     d1: float | None  # draft ms for one token
-    flat: Round  # the plan's round under flat costs
-    measured: Round  # the same round under this machine's costs
+    flat: RoundPrice  # the plan's round under flat costs
+    measured: RoundPrice  # the same round under this machine's costs
     break_even_ms: float
     measured_ratio: float
 
@@ -332,8 +248,7 @@ def flat_bound(planner: Planner) -> FlatBound:
     """`FlatBound` for the plan `auto` would pick under flat costs."""
     flat = flat_copy(planner)
     plan, _ = flat.best()
-    kw = dict(draft_len=plan.draft_len, run_cap=plan.run_cap)
-    f, m = flat.round(plan.method, **kw), planner.round(plan.method, **kw)
+    f, m = flat.round(plan), planner.round(plan)
     c1 = planner.target.cost(1)
     d1 = planner.draft.cost(1) if planner.draft is not None else None
     ratio = c1 * f.tokens / (f.draft_ms + f.target_ms)
@@ -347,23 +262,24 @@ def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold
     own cost timed here, and acceptance priors from the best source there is: the pair's
     on-policy measurements (`acceptance` in models/pairs.toml), else the verifier's calibration
     table (off-policy: it flags more than SPRINTER's own runs do), else generic values."""
-    from .costs import machine_costs
+    from ..costs import machine_costs
 
-    planner = Planner(machine_costs(target), machine_costs(draft) if draft is not None else None,
-                      max_run_cap=max_run_cap)
+    planner = Planner.of(machine_costs(target), machine_costs(draft) if draft is not None else None,
+                         max_run_cap=max_run_cap)
     if draft is None or verifier is None:
         return planner
     planner.verifier_ms = time_verifier(verifier, draft)
     rows = getattr(verifier, "calibration", None)
+    ev = planner.evidence
     if acceptance is not None:
-        planner.sd_accept = Running(acceptance.sd_accept)
-        planner.flagged_accept = Running(acceptance.flagged_accept)
+        ev.sd_accept = Rate(acceptance.sd_accept)
+        ev.flagged_accept = Rate(acceptance.flagged_accept)
         if threshold is not None:
-            planner.flag_rate = Running(max(acceptance.flag_rate_at(threshold), 0.01))
+            ev.flag_rate = Rate(max(acceptance.flag_rate_at(threshold), 0.01))
     elif rows and threshold is not None:
         from ..verifiers.calibration import row_at
 
-        planner.flag_rate = Running(max(row_at(rows, threshold).flag_rate, 0.01))
+        ev.flag_rate = Rate(max(row_at(rows, threshold).flag_rate, 0.01))
     return planner
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from ..api import Engine
 from ..backend.llama import common_prefix
-from ..decoding import Chunk, Generation, GenerationResult, SamplingParams, get_strategy
+from ..decoding import Chunk, Generation, GenerationResult, SamplingParams
+from ..methods import get_strategy
 from ..prompting import Message, prompt_tokens
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..decoding import METHODS
 from ..decoding.sampling import MAX_LOGPROBS
+from ..methods import METHODS
 
 
 class _Strict(BaseModel):

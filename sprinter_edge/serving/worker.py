@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import Engine
-from ..decoding.base import TokenLogprob
+from ..decoding import TokenLogprob
 from ..prompting import Message
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend.llama import LlamaModel
+from ..decoding import DecodeContext, Stats
 from ..decoding.acceptor import accept
-from ..decoding.base import DecodeContext, Stats
 from ..decoding.proposers.draft import DraftProposer, VerifierRun
 from ..decoding.sampling import Sampler, SamplingParams, distribution
 from ..numerics import softmax

@@ -1,8 +1,8 @@
 """Proposers for the speculative loop (decoding/loop.py): one file per way of guessing."""
 
 from .base import NoProposal, Proposal, Proposer
-from .draft import Confidence, DraftProposer, FixedLength, VerifierRun
+from .draft import DraftProposer, FixedLength, MinProb, VerifierRun
 from .lookup import PromptLookup
 
-__all__ = ["Confidence", "DraftProposer", "FixedLength", "NoProposal", "PromptLookup", "Proposal",
+__all__ = ["DraftProposer", "FixedLength", "MinProb", "NoProposal", "PromptLookup", "Proposal",
            "Proposer", "VerifierRun"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..base import DecodeContext
+    from ..context import DecodeContext
 
 Prepared = int | np.ndarray  # a sampler-prepared distribution; an int is a point mass
 
@@ -27,7 +27,12 @@ class Proposal:
     tokens: list[int] = field(default_factory=list)
     q: list[Prepared] = field(default_factory=list)  # one per token
     trusted: int = 0  # leading tokens committed without the target (approximate)
-    source: str = ""  # who proposed it: draft | lookup | staged (for the counters)
+    source: str = ""  # who proposed it: draft | lookup | staged
+    # for the counters (stats.Counters.add_round): tokens the draft produced, tokens a copy
+    # offered (staged: before the draft's cut), and what ended a SPRINTER run
+    drafted: int = 0
+    copied: int = 0
+    ended_by: str | None = None  # flag | cap | eog
 
     def __len__(self) -> int:
         return len(self.tokens)

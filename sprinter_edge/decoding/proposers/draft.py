@@ -2,7 +2,7 @@
 
 Stop rules:
 - `FixedLength(k)`: k tokens a round (`sd`).
-- `Confidence(p_min, n_max)`: until the draft's top probability falls below p_min (llama.cpp's
+- `MinProb(p_min, n_max)`: until the draft's top probability falls below p_min (llama.cpp's
   `--spec-draft-p-min`), at most n_max tokens; the unsure token is not proposed.
 - `VerifierRun`: SPRINTER. A verifier scores each drafted token from the draft's view; passed
   tokens are trusted (committed without the target) until one is flagged, the run cap is
@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from ...numerics import confidence
@@ -26,9 +27,15 @@ from .lookup import SuffixIndex
 
 if TYPE_CHECKING:
     from ...backend.llama import DecodeOutput
-    from ..base import DecodeContext
+    from ..context import DecodeContext
 
-CONTINUE, STOP, DROP_AND_STOP = 0, 1, 2
+
+class Decision(Enum):
+    """A stop rule's word on the token just drafted."""
+
+    CONTINUE = "continue"  # draft another
+    STOP = "stop"  # propose what is drafted
+    DROP_AND_STOP = "drop"  # propose what is drafted, less this token
 
 
 class StopRule(ABC):
@@ -40,12 +47,19 @@ class StopRule(ABC):
 
     @abstractmethod
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
-              context: list[int]) -> int:
-        """CONTINUE, STOP (propose what is drafted) or DROP_AND_STOP (not the last token).
-        `context` is the committed sequence and the drafted tokens, `token` last."""
+              context: list[int]) -> Decision:
+        """The decision on the `drafted`-th token of this round, `token`. `context` is the
+        committed sequence and the drafted tokens, `token` last."""
 
-    def trusted(self, drafted: int) -> int:
+    @property
+    def trusted(self) -> int:
+        """Leading tokens of the round just drafted to commit without the target."""
         return 0
+
+    @property
+    def ended_by(self) -> str | None:
+        """What ended the round just drafted, for the counters (SPRINTER: flag | cap | eog)."""
+        return None
 
     def feedback(self, accepted: bool) -> None:  # noqa: B027 (optional hook)
         """The target's test on the first untrusted token."""
@@ -56,22 +70,26 @@ class FixedLength(StopRule):
     k: int = 4
 
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
-              context: list[int]) -> int:
-        return STOP if drafted >= min(self.k, max(1, ctx.remaining)) or ctx.text_eog(token) else CONTINUE
+              context: list[int]) -> Decision:
+        done = drafted >= min(self.k, max(1, ctx.remaining)) or ctx.text_eog(token)
+        return Decision.STOP if done else Decision.CONTINUE
 
 
 @dataclass
-class Confidence(StopRule):
+class MinProb(StopRule):
+    """Draft while the draft's top probability stays at p_min or above (llama.cpp's
+    `--spec-draft-p-min`), at most n_max tokens."""
+
     p_min: float = 0.75
     n_max: int = 16
 
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
-              context: list[int]) -> int:
+              context: list[int]) -> Decision:
         if drafted > 1 and confidence(out.logits[0])[0] < self.p_min:
-            return DROP_AND_STOP
+            return Decision.DROP_AND_STOP
         if drafted >= min(self.n_max, max(1, ctx.remaining)) or ctx.text_eog(token):
-            return STOP
-        return CONTINUE
+            return Decision.STOP
+        return Decision.CONTINUE
 
 
 @dataclass
@@ -99,10 +117,11 @@ class VerifierRun(StopRule):
         self.since_flag = 0
         self.last_outcome = 0  # 0 none yet, 1 accepted, 2 rejected
         self._passed = 0
+        self._ended: str | None = None
 
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
-              context: list[int]) -> int:
-        stats, sampler = ctx.stats, ctx.sampler
+              context: list[int]) -> Decision:
+        timings, sampler = ctx.stats.timings, ctx.sampler
         features = DraftFeatures(
             hidden=out.hidden[0] if out.hidden is not None else None,
             logits=out.logits[0], token=token, run_position=drafted - 1,
@@ -116,28 +135,28 @@ class VerifierRun(StopRule):
                 value = math.inf if features.max_prob >= self._band[1] else -math.inf
             else:
                 value = self.verifier.score(features)
-            stats.verifier_seconds += time.perf_counter() - t0
+            timings.verifier_seconds += time.perf_counter() - t0
             return value
 
         judged = not (self.verify_eog and ctx.text_eog(token))
         verdict = self.policy.verdict(drafted, score if judged else None)
         passed = verdict is Verdict.KEPT
-        if verdict is Verdict.FLAGGED:
-            stats.flags += 1
-            self.since_flag = 0
-        else:
-            self.since_flag += 1
-            stats.cap_hits += verdict is Verdict.CAPPED
-            stats.eog_checks += verdict is Verdict.UNSCORED
+        self.since_flag = 0 if verdict is Verdict.FLAGGED else self.since_flag + 1
+        self._ended = _ENDED_BY.get(verdict)
         if self.on_drafted is not None:
             self.on_drafted(features, verdict in (Verdict.KEPT, Verdict.FLAGGED), passed)
         if passed and drafted < ctx.remaining:
-            return CONTINUE
+            return Decision.CONTINUE
         self._passed = drafted if passed else drafted - 1  # all passed: the budget ended the run
-        return STOP
+        return Decision.STOP
 
-    def trusted(self, drafted: int) -> int:
+    @property
+    def trusted(self) -> int:
         return self._passed
+
+    @property
+    def ended_by(self) -> str | None:
+        return self._ended
 
     def feedback(self, accepted: bool) -> None:  # noqa: B027 (optional hook)
         self.last_outcome = 1 if accepted else 2
@@ -156,17 +175,20 @@ class CopyGuard(VerifierRun):
     def after(self, ctx: DecodeContext, out: DecodeOutput, token: int, drafted: int,
               context: list[int]) -> int:
         decision = super().after(ctx, out, token, drafted, context)
-        passed = decision == CONTINUE or self._passed == drafted  # (the budget may end the run)
+        passed = decision is Decision.CONTINUE or self._passed == drafted  # (the budget may end the run)
         if not passed:
             return decision
         self.index.extend(context[:-1])
         match, end = self.index.match()
         if match and end < len(self.index.seq) and self.index.seq[end] == token:
-            ctx.stats.flags += 1
+            self._ended = "flag"
             self.since_flag = 0
             self._passed = drafted - 1
-            return STOP
+            return Decision.STOP
         return decision
+
+
+_ENDED_BY = {Verdict.FLAGGED: "flag", Verdict.CAPPED: "cap", Verdict.UNSCORED: "eog"}
 
 
 class DraftProposer(Proposer):
@@ -192,14 +214,14 @@ class DraftProposer(Proposer):
             tokens.append(token)
             qs.append(q)
             decision = self.rule.after(ctx, out, token, len(tokens), context + [token])
-            if decision == CONTINUE:
+            if decision is Decision.CONTINUE:
                 continue
-            if decision == DROP_AND_STOP:
+            if decision is Decision.DROP_AND_STOP:
                 tokens.pop()
                 qs.pop()
             break
-        ctx.stats.draft_tokens += len(tokens)
-        return Proposal(tokens, qs, trusted=self.rule.trusted(len(tokens)), source="draft")
+        return Proposal(tokens, qs, trusted=self.rule.trusted, source="draft", drafted=len(tokens),
+                        ended_by=self.rule.ended_by)
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         if len(proposal) > proposal.trusted:

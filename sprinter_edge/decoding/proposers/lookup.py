@@ -25,91 +25,23 @@ context, so every proposal stays a point mass and the p/q test keeps the output 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...costs.evidence import ANCHOR, CopyEvidence, bucket_of
+from ...costs.pricing import best_length, best_staged_length
 from .base import Proposal, Proposer
 
 if TYPE_CHECKING:
-    from ...planning.costs import CostTable
-    from ..base import DecodeContext
+    from ..context import DecodeContext
 
 MIN_MATCH = 3  # shortest suffix looked up (shorter matches are noise)
 MAX_MATCH = 16  # longest suffix compared
 MAX_PROPOSAL = 31  # a target call of at most 32 tokens
 SPEC_FACTOR = 2  # propose at most this many tokens per matched token (SuffixDecoding's cap)
 CANDIDATES = 32  # most recent occurrences compared per lookup
-BUCKETS = (3, 4, 6, 10, 16)  # match-length buckets of the acceptance evidence
-PRIOR = (0.55, 0.7, 0.85, 0.92, 0.96)  # prior per-token acceptance per bucket
-PRIOR_WEIGHT = 6.0  # ... worth this many observed tokens
-MEMORY = 400.0  # evidence per bucket is capped so a new kind of reply is learned quickly
 ANCHOR_WINDOW = 8  # after a departure the copy resumes within this many source tokens
-ANCHOR_PRIOR = 0.7  # prior per-token acceptance of an anchored proposal (lower: never tried)
-ANCHOR = len(BUCKETS)  # the anchored proposals' evidence slot
-
-
-def bucket_of(match: int) -> int:
-    b = 0
-    for i, lo in enumerate(BUCKETS):
-        if match >= lo:
-            b = i
-    return b
-
-
-@dataclass
-class LookupEvidence:
-    """Per-token acceptance of copied spans, per match-length bucket (a geometric model:
-    each proposed token is accepted with probability a once the ones before it were)."""
-
-    accepted: list[float] = field(default_factory=lambda: [p * PRIOR_WEIGHT for p in (*PRIOR, ANCHOR_PRIOR)])
-    stopped: list[float] = field(default_factory=lambda: [(1 - p) * PRIOR_WEIGHT
-                                                          for p in (*PRIOR, ANCHOR_PRIOR)])
-
-    def rate(self, b: int) -> float:
-        return self.accepted[b] / (self.accepted[b] + self.stopped[b])
-
-    def add(self, b: int, accepted: int, stopped: bool) -> None:
-        total = self.accepted[b] + self.stopped[b]
-        if total > MEMORY:  # forget: recent replies weigh more
-            scale = MEMORY / total
-            self.accepted[b] *= scale
-            self.stopped[b] *= scale
-        self.accepted[b] += accepted
-        self.stopped[b] += 1.0 if stopped else 0.0
-
-
-def expected_tokens(a: float, k: int) -> float:
-    """Tokens one round commits when k tokens are proposed (the target's own token included)."""
-    a = min(a, 0.9999)
-    return (1 - a ** (k + 1)) / (1 - a)
-
-
-def best_length(a: float, max_k: int, target: CostTable) -> tuple[int, float]:
-    """(k, ms per token) of the best proposal length; k = 0: a plain step is best."""
-    best_k, best_ms = 0, target.cost(1)
-    for k in range(1, max_k + 1):
-        ms = target.all_rows(k + 1) / expected_tokens(a, k)
-        if ms < best_ms:
-            best_k, best_ms = k, ms
-    return best_k, best_ms
-
-
-def staged_cost(a: float, k: int, target: CostTable, draft: CostTable) -> float:
-    """ms per token of a staged round: the draft checks k tokens (k + 1 rows), the target
-    scores the agreed prefix and the draft's token at the cut. Assumes the draft agrees with a
-    copied token about as often as the target does (both read the same context)."""
-    a = min(a, 0.9999)
-    agreed = a * (1 - a ** k) / (1 - a)  # expected agreed prefix length
-    verified = agreed + (1 if agreed < k else 0) + 1
-    tokens = expected_tokens(a, k)
-    return (draft.all_rows(k + 1) + target.all_rows(round(verified))) / tokens
-
-
-def best_staged_length(a: float, max_k: int, target: CostTable, draft: CostTable) -> tuple[int, float]:
-    """(k, ms per token) of the cheapest staged span of at most max_k tokens."""
-    return min(((k, staged_cost(a, k, target, draft)) for k in range(1, max_k + 1)), key=lambda x: x[1])
 
 
 class SuffixIndex:
@@ -174,9 +106,9 @@ class PromptLookup(Proposer):
 
     name = "lookup"
 
-    def __init__(self, evidence: LookupEvidence | None = None, *, stage: bool | None = False,
+    def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
                  anchor: bool = True):
-        self.evidence = evidence if evidence is not None else LookupEvidence()
+        self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
         self.uses_draft = stage is not False
@@ -203,14 +135,14 @@ class PromptLookup(Proposer):
             return Proposal()
         self._bucket, self._end = b, end
         a = self.evidence.rate(b)
-        planner = ctx.planner
-        assert planner is not None, "prompt lookup prices proposals with this machine's costs"
-        k, direct_ms = best_length(a, len(follow), planner.target)
+        costs = ctx.costs
+        assert costs is not None, "prompt lookup prices proposals with this machine's costs"
+        k, direct_ms = best_length(a, len(follow), costs.target)
         stage = self.stage
-        if stage is not False and ctx.draft is not None and planner.draft is not None:
-            k_staged, staged_ms = best_staged_length(a, len(follow), planner.target, planner.draft)
+        if stage is not False and ctx.draft is not None and costs.draft is not None:
+            k_staged, staged_ms = best_staged_length(a, len(follow), costs.target, costs.draft)
             if stage is None:
-                stage = staged_ms < direct_ms and staged_ms < planner.target.cost(1)
+                stage = staged_ms < direct_ms and staged_ms < costs.target.cost(1)
         else:
             stage = False
         if stage:
@@ -218,8 +150,7 @@ class PromptLookup(Proposer):
         if k == 0:
             return Proposal()
         tokens = list(follow[:k])
-        ctx.stats.lookup_tokens += len(tokens)
-        return Proposal(tokens, list(tokens), source="lookup")
+        return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
 
     def _staged(self, ctx: DecodeContext, seq: list[int], follow: list[int]) -> Proposal:
         """The draft reads the span in one decode; keep what it agrees with, plus its own
@@ -232,15 +163,12 @@ class PromptLookup(Proposer):
         tokens = list(follow[:cut])
         if cut < ctx.remaining - 1 and not (tokens and ctx.text_eog(tokens[-1])):
             tokens.append(int(choice[cut]))
-        ctx.stats.lookup_tokens += len(follow)
-        ctx.stats.draft_tokens += len(tokens) - cut
         self._span, self._cut = len(follow), cut
-        return Proposal(tokens, list(tokens), source="staged")
+        return Proposal(tokens, list(tokens), source="staged", copied=len(follow), drafted=len(tokens) - cut)
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         if not proposal.tokens:
             return
-        ctx.stats.lookup_accepted += accepted
         if proposal.source == "lookup":
             copied = accepted
             self.evidence.add(self._bucket, accepted, stopped=accepted < len(proposal))

@@ -1,5 +1,6 @@
 """`auto`: run whichever exact plan is fastest on this machine for this kind of request, and
-keep checking.
+keep checking. It sits above decoding: the planner prices the registered strategies' plans,
+and each plan runs as its strategy's proposer in the speculative loop.
 
 The plans are configurations of the speculative loop: ar, sd (draft length), lookup and staged
 (prompt-lookup proposals), and sprinter (run cap) only when the caller chose an approximate
@@ -17,20 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 
 from ..backend.llama import LlamaModel, common_prefix
-from ..planning.planner import Plan, Planner
-from .base import DecodeContext, Stats, Step, Strategy
-from .loop import run_loop
-from .proposers.base import NoProposal, Proposer
-from .proposers.draft import DraftProposer, FixedLength, VerifierRun
-from .proposers.lookup import PromptLookup
+from ..decoding import DecodeContext, Plan, Stats, Step, Strategy
+from ..decoding.loop import LoopStrategy, run_loop
+from ..decoding.proposers.base import Proposer
+from .planner import Planner, strategy_of
 
-# kinds of request on which `auto` stays exact even when the caller chose an operating point:
-# on edits SPRINTER skipped the requested change at every preset (6/20 and 4/20 tasks done
-# where ar did 18/20; with a copy guard 17/20 at 1.04x ar) while exact lookup ran at 2.5x ar
-# (docs/bench-results-edits.json, docs/bench-results-guarded.json)
-EXACT_KINDS = frozenset({"edit"})
 REPLAN_EVERY = 16  # tokens between looks at the evidence
 SWITCH_GAIN = 0.05  # a switch must be predicted >= 5% faster for the rest of the reply
 
@@ -39,44 +34,42 @@ class Auto(Strategy):
     name = "auto"
     uses_draft = True  # when the engine has one; without it `auto` chooses ar or lookup
     needs_verifier = True  # only when the caller allows an approximate plan
-    needs_planner = True
+    needs_costs = True
 
-    def __init__(self) -> None:
+    def __init__(self, planner: Planner | None = None) -> None:
+        self.planner = planner  # the engine hands its planner over (it outlives the reply)
         self.plan: Plan | None = None
 
     def scores_every_token(self, ctx: DecodeContext) -> bool:
         """Exact unless it may run sprinter (a draft, and the caller chose an operating point)."""
         return ctx.draft is None or not ctx.approximate_ok
 
-    def target_rows(self, n_tokens: float) -> float:
-        return 2.0 if self.plan is not None and self.plan.method == "sprinter" else n_tokens
-
     def _planner(self, ctx: DecodeContext) -> Planner:
-        assert ctx.planner is not None, "auto needs a planner (Engine provides one)"
-        return ctx.planner
+        assert self.planner is not None, "auto needs a planner (Engine provides one)"
+        return self.planner
 
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """Decide the first plan, then read the prompt only with the models it uses."""
         planner = self._planner(ctx)
         self.plan, why = planner.best(ctx.kind, ctx.approximate_ok)
-        ctx.stats.plan, ctx.stats.plan_reason = self.plan.label, why
+        ctx.stats.trace.plan, ctx.stats.trace.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
-        if _uses_draft(self.plan) and ctx.draft is not None:
+        if strategy_of(self.plan).uses_draft and ctx.draft is not None:
             models.append(ctx.draft)
         return models
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         planner = self._planner(ctx)
-        stats = ctx.stats
+        stats, trace = ctx.stats, ctx.stats.trace
         if self.plan is None:
-            self.plan, stats.plan_reason = planner.best(ctx.kind, ctx.approximate_ok)
+            self.plan, trace.plan_reason = planner.best(ctx.kind, ctx.approximate_ok)
         seq = list(prompt)
         while True:
             plan = self.plan
-            stats.plan = plan.label
-            stats.plans_run.append(plan.label)
-            stats.exact = stats.exact and plan.exact
-            inner = run_loop(ctx, seq, self._proposer(ctx, planner, plan))
+            trace.plan = plan.label
+            trace.plans_run.append(plan.label)
+            stats.exact = stats.exact and strategy_of(plan).exact
+            inner = run_loop(ctx, seq, _proposer(ctx, plan))
             base = _counters(stats)
             seg_tokens, seg_seconds, since_look = 0, 0.0, 0
             switch_to: tuple[Plan, str] | None = None
@@ -97,30 +90,16 @@ class Auto(Strategy):
             finally:
                 inner.close()
                 self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds)
-            self.plan, stats.plan_reason = switch_to
-            stats.plan_switches += 1
+            self.plan, trace.plan_reason = switch_to
+            trace.plan_switches += 1
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _proposer(ctx: DecodeContext, planner: Planner, plan: Plan) -> Proposer:
-        if plan.method == "sd":
-            return DraftProposer(FixedLength(plan.draft_len))
-        if plan.method == "sprinter":
-            assert ctx.verifier is not None
-            return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, plan.run_cap, ctx.verify_eog))
-        if plan.method in ("lookup", "staged"):
-            return PromptLookup(planner.lookup_evidence(ctx.kind), stage=plan.method == "staged")
-        return NoProposal()
-
     @staticmethod
     def _learn(planner: Planner, plan: Plan, ctx: DecodeContext, base: dict[str, int], tokens: int,
                seconds: float) -> None:
         now = _counters(ctx.stats)
         d = {k: now[k] - base[k] for k in now}
-        if plan.method == "sd":
-            planner.observe_sd(d["accepted"], d["resampled"])
-        elif plan.method == "sprinter":
-            planner.observe_sprinter(d["kept"], d["flags"], d["accepted"], d["resampled"])
+        strategy_of(plan).learn(planner.evidence, d)
         planner.observe_time(plan, tokens, seconds, ctx.kind)
 
     @staticmethod
@@ -131,7 +110,7 @@ class Auto(Strategy):
             return None
         current_ms = planner.ms_of(plan, ctx.kind)
         behind = 0
-        if _uses_draft(best) and ctx.draft is not None:
+        if strategy_of(best).uses_draft and ctx.draft is not None:
             behind = len(seq) - common_prefix(ctx.draft.tokens, seq)
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
         if gain_ms <= planner.switch_ms(behind, to_draft=True) or \
@@ -140,12 +119,11 @@ class Auto(Strategy):
         return best, f"switched from {plan.label}: {why}"
 
 
-def _uses_draft(plan: Plan) -> bool:
-    return plan.method in ("sd", "staged", "sprinter")
-
-
-_COUNTED = ("accepted", "resampled", "kept", "flags")
+def _proposer(ctx: DecodeContext, plan: Plan) -> Proposer:
+    strategy = strategy_of(plan)
+    assert isinstance(strategy, LoopStrategy), f"{plan.method} does not run in the loop"
+    return strategy.make_proposer(ctx, plan)
 
 
 def _counters(stats: Stats) -> dict[str, int]:
-    return {k: getattr(stats, k) for k in _COUNTED}
+    return asdict(stats.counters)

@@ -1,0 +1,95 @@
+"""What a strategy may touch while it decodes: the models (through a meter that times and
+counts every call), the sampler, the verifier, this machine's costs and the evidence so far."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backend.llama import DecodeOutput, LlamaModel
+from ..costs import Costs, Evidence
+from ..numerics import token_logprobs
+from ..verifiers.base import Verifier
+from .sampling import Sampler
+from .stats import Origin, Stats
+
+Step = list[tuple[int, Origin]]  # tokens committed in one round, with where each came from
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A committed token's log-probability under the target, and the most likely tokens
+    (token id, log-probability; most likely first) at that position: the log-softmax of the
+    target's logits row after the repetition penalties, before temperature, top-k and top-p."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass
+class DecodeContext:
+    """One reply's decoding state, handed to its strategy and the strategy's proposer."""
+
+    target: LlamaModel | None
+    draft: LlamaModel | None
+    sampler: Sampler
+    stats: Stats
+    max_new_tokens: int
+    verifier: Verifier | None = None  # sprinter
+    threshold: float = 0.5  # sprinter: flag a token whose verifier score is below this
+    run_cap: int | None = 20  # sprinter: longest run without the target (None: no cap)
+    draft_len: int = 4  # sd: tokens drafted per round
+    verify_eog: bool = True  # sprinter: end-of-generation tokens always go to the target
+    produced: int = 0  # tokens committed so far (kept up to date by the driver)
+    costs: Costs | None = None  # this machine's decode costs (lookup prices its proposals)
+    evidence: Evidence | None = None  # what earlier replies showed (kept by the engine's planner)
+    kind: str = "chat"  # the request's kind (edit | code | chat)
+    approximate_ok: bool = False  # auto may run SPRINTER (the user chose an operating point)
+    # one entry per committed token, in order, when sampler.params.logprobs is not None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    _scored: list[int] | None = field(default=None, init=False, repr=False)  # prompt + recorded
+
+    def record_target(self, row: np.ndarray, token: int) -> None:
+        """Every strategy that logprobs may be asked of calls this for each committed token
+        (accepted, resampled, bonus, sampled), in order, with the target's logits row that
+        scored it. A no-op unless logprobs are on."""
+        k = self.sampler.params.logprobs
+        if k is None:
+            return
+        if self._scored is None:
+            self._scored = list(self.sampler.prompt or ())
+        row = self.sampler.penalise(row, self._scored)
+        logprob, top = token_logprobs(row, token, k)
+        self.logprobs.append(TokenLogprob(token, logprob, tuple(top)))
+        self._scored.append(token)
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - self.produced
+
+    def target_step(self, context: list[int], n_logits: int = 1) -> DecodeOutput:
+        assert self.target is not None
+        t0 = time.perf_counter()
+        out = self.target.sync(context, n_logits=n_logits)
+        self.stats.timings.target_seconds += time.perf_counter() - t0
+        c = self.stats.counters
+        c.target_calls += 1
+        c.target_tokens += self.target.last_decoded
+        c.target_rows += min(n_logits, self.target.last_decoded)
+        return out
+
+    def draft_step(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
+        assert self.draft is not None
+        t0 = time.perf_counter()
+        out = self.draft.sync(context, n_logits=n_logits, hidden=hidden)
+        self.stats.timings.draft_seconds += time.perf_counter() - t0
+        self.stats.counters.draft_calls += 1
+        return out
+
+    def text_eog(self, token: int) -> bool:
+        model = self.target if self.target is not None else self.draft
+        assert model is not None
+        return model.is_eog(token)

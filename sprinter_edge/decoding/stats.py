@@ -1,0 +1,196 @@
+"""What a reply did, apart from what it said: counters, timings and per-method extras.
+
+Each part has one writer:
+- `Counters` origins (`count`): the driver, once per token it hands on;
+- `Counters` proposals and tests (`add_round`): the loop, once per round;
+- `Counters` calls and `Timings` model seconds: the context's meter around each model call;
+- `Timings` prefill, first token, total: the driver;
+- `PlanTrace`: `auto`; `OperatingPoint`: the engine, when SPRINTER may run.
+`Stats.to_dict` flattens them into one JSON object (the bench's, the server's and the CLI's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .proposers.base import Proposal
+
+
+class Origin(str, Enum):
+    """Where a committed token came from (the counters add up to new_tokens)."""
+
+    TARGET = "target"  # sampled from the target (ar)
+    DRAFT = "draft"  # sampled from the draft alone (draft)
+    KEPT = "kept"  # passed by the verifier, never seen by the target (sprinter)
+    ACCEPTED = "accepted"  # proposed token accepted by the p/q test
+    RESAMPLED = "resampled"  # replacement drawn from the residual after a rejection
+    BONUS = "bonus"  # extra target token after an accepted last proposed token
+
+
+_ORIGIN_FIELD = {
+    Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
+    Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
+}
+
+
+@dataclass
+class Counters:
+    # committed tokens by origin
+    new_tokens: int = 0
+    target_sampled: int = 0
+    draft_sampled: int = 0
+    kept: int = 0
+    accepted: int = 0
+    resampled: int = 0
+    bonus: int = 0
+    # proposals and their tests
+    draft_tokens: int = 0  # tokens the draft proposed (sd, sprinter, staged's own token)
+    lookup_tokens: int = 0  # tokens a copy offered (staged: before the draft's cut)
+    lookup_accepted: int = 0  # copied tokens (lookup, staged) the target accepted
+    sd_tests: int = 0  # p/q tests run
+    flags: int = 0  # sprinter: drafted tokens the verifier sent to the target
+    cap_hits: int = 0  # sprinter: runs ended by the run cap
+    eog_checks: int = 0  # sprinter: end tokens sent to the target unscored
+    # model calls after the prompt
+    draft_calls: int = 0
+    target_calls: int = 0
+    target_tokens: int = 0  # tokens the target decoded
+    target_rows: int = 0  # logits rows the target's calls returned (what a call costs depends on it)
+
+    def count(self, origin: Origin) -> None:
+        self.new_tokens += 1
+        name = _ORIGIN_FIELD[origin]
+        setattr(self, name, getattr(self, name) + 1)
+
+    def add_round(self, proposal: Proposal, tested: int, accepted: int) -> None:
+        """One round of the loop: `proposal`, of which `tested` tokens went through the p/q test
+        and the first `accepted` passed it."""
+        self.sd_tests += tested
+        self.draft_tokens += proposal.drafted
+        self.lookup_tokens += proposal.copied
+        if proposal.copied:
+            self.lookup_accepted += accepted
+        if proposal.ended_by is not None:
+            name = {"flag": "flags", "cap": "cap_hits", "eog": "eog_checks"}[proposal.ended_by]
+            setattr(self, name, getattr(self, name) + 1)
+
+
+@dataclass
+class Timings:
+    """Wall seconds of the engine's own work (never the consumer's)."""
+
+    prefill_seconds: float = 0.0
+    first_token_seconds: float = 0.0  # time to first token: the prompt read and the first step
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+    verifier_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def decode_seconds(self) -> float:
+        return max(self.total_seconds - self.prefill_seconds, 1e-9)
+
+    @property
+    def overhead_seconds(self) -> float:
+        used = self.prefill_seconds + self.draft_seconds + self.target_seconds + self.verifier_seconds
+        return max(0.0, self.total_seconds - used)
+
+
+@dataclass
+class PlanTrace:
+    """`auto`: which plans ran, and why the last one."""
+
+    plan: str | None = None  # the plan running at the end (e.g. "sd(k=3)")
+    plan_reason: str | None = None
+    plan_switches: int = 0
+    plans_run: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PointUsed:
+    """SPRINTER's operating point for this request."""
+
+    verifier: str | None = None
+    domain: str | None = None  # code | chat: the presets are calibrated per domain
+    threshold: float | None = None
+
+
+@dataclass
+class Stats:
+    method: str = ""
+    kind: str | None = None  # edit | code | chat: auto keeps evidence per kind
+    exact: bool = True  # every committed token was tested by the target
+    prompt_tokens: int = 0
+    finish_reason: str = ""
+    counters: Counters = field(default_factory=Counters)
+    timings: Timings = field(default_factory=Timings)
+    trace: PlanTrace = field(default_factory=PlanTrace)
+    point: PointUsed = field(default_factory=PointUsed)
+
+    @property
+    def new_tokens(self) -> int:
+        return self.counters.new_tokens
+
+    @property
+    def guarantee(self) -> str:
+        """What the reply promises: the target's output, or an approximation at a point."""
+        if self.exact:
+            return "exact: distributed as the target's output (greedy: identical to ar)"
+        if self.method == "draft":
+            return "approximate: the draft model's output, never checked by the target"
+        t = self.point.threshold
+        where = f" at threshold {t:g}" if t is not None else ""
+        return f"approximate: sprinter{where} ({self.counters.kept} tokens never seen by the target)"
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generation speed after the prompt is read (what llama.cpp calls eval speed)."""
+        n = self.counters.new_tokens
+        return n / self.timings.decode_seconds if n else 0.0
+
+    @property
+    def target_calls_per_token(self) -> float:
+        c = self.counters
+        return c.target_calls / c.new_tokens if c.new_tokens else 0.0
+
+    @property
+    def mean_run_length(self) -> float:
+        """sprinter: tokens kept without the target per catch-up (flag, run cap or end token)."""
+        c = self.counters
+        return c.kept / max(1, c.flags + c.cap_hits + c.eog_checks)
+
+    @classmethod
+    def total(cls, items: Sequence[Stats]) -> Stats:
+        """The counters and timings of several replies added up (the method of the first)."""
+        out = cls(method=items[0].method if items else "")
+        for st in items:
+            out.prompt_tokens += st.prompt_tokens
+            for part, add in ((out.counters, st.counters), (out.timings, st.timings)):
+                for f in fields(part):
+                    setattr(part, f.name, getattr(part, f.name) + getattr(add, f.name))
+        return out
+
+    def to_dict(self) -> dict:
+        """One flat JSON object: the request, every counter, timing and extra, and derived rates."""
+        t = self.timings
+        d = {"method": self.method, "kind": self.kind, "exact": self.exact,
+             "prompt_tokens": self.prompt_tokens, "finish_reason": self.finish_reason,
+             **asdict(self.point), **asdict(self.counters), **asdict(self.trace), **asdict(t)}
+        d.update(
+            guarantee=self.guarantee,
+            tokens_per_second=round(self.tokens_per_second, 3),
+            tokens_per_second_with_prefill=round(self.new_tokens / t.total_seconds, 3)
+            if t.total_seconds > 0 else 0.0,
+            target_calls_per_token=round(self.target_calls_per_token, 4),
+            decode_seconds=round(t.decode_seconds, 4),
+            overhead_seconds=round(t.overhead_seconds, 4),
+            mean_run_length=round(self.mean_run_length, 3) if self.method == "sprinter" else None,
+        )
+        for k, v in d.items():
+            if isinstance(v, float):
+                d[k] = round(v, 4)
+        return d

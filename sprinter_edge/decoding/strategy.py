@@ -1,0 +1,115 @@
+"""What a decoding method is: one `Strategy` subclass that declares everything the engine,
+`auto`'s planner and the bench need to know about it.
+
+A strategy runs as one generator over a `DecodeContext`: given the prompt tokens it yields
+lists of newly committed tokens, each tagged with where it came from, forever; the driver
+(`stream.py`) stops it on EOS, the token budget or a stop string. Beside that it declares
+- what it needs: a draft, the target, a verifier, this machine's costs;
+- whether its output is the target's (`exact`);
+- the plans `auto` may run of it (`plans`) and their price (`price`) from this machine's costs
+  and the evidence so far, or a prior speed-up over `ar` for methods whose speed is learned by
+  running them;
+- how to build its proposer for a plan (loop strategies, loop.py).
+A new method is one new file and one line in `decoding/__init__.py`'s registry.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..backend.llama import LlamaModel
+from ..costs import Costs, Evidence
+from .context import DecodeContext, Step
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One way to run a method: its settings and, once priced, its predicted ms per token."""
+
+    method: str
+    ms_per_token: float = 0.0
+    draft_len: int = 0  # sd
+    run_cap: int | None = None  # sprinter
+
+    @property
+    def label(self) -> str:
+        if self.method == "sd":
+            return f"sd(k={self.draft_len})"
+        if self.method == "sprinter":
+            return f"sprinter(cap={self.run_cap})"
+        return self.method
+
+    @property
+    def tokens_per_second(self) -> float:
+        return 1e3 / self.ms_per_token if self.ms_per_token > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RoundPrice:
+    """One expected round of a plan (a mixture over run lengths for SPRINTER): the draft and
+    verifier milliseconds, the milliseconds of its one target call, that call's mean batch and
+    the tokens the round yields. ms per token = (draft_ms + target_ms) / tokens."""
+
+    draft_ms: float
+    target_ms: float
+    tokens: float
+    batch: float
+
+    @property
+    def ms_per_token(self) -> float:
+        return (self.draft_ms + self.target_ms) / self.tokens
+
+
+@dataclass(frozen=True)
+class PriceInputs:
+    """What a plan is priced from."""
+
+    costs: Costs
+    evidence: Evidence
+    kind: str = "chat"  # the request's kind (edit | code | chat)
+    verifier_ms: float = 0.0  # one verifier score
+    max_run_cap: int | None = 20  # the user's cap bounds SPRINTER's
+
+
+class Strategy(ABC):
+    """One decoding method, and what it needs to run."""
+
+    name: str = ""
+    needs_draft: bool = False  # cannot run without a draft model
+    uses_draft: bool = False  # runs the draft when the engine has one
+    needs_target: bool = True
+    needs_verifier: bool = False  # scores draft tokens (when a draft runs)
+    needs_costs: bool = False  # prices its proposals with this machine's measured costs
+    exact: bool = True  # output distributed as the target's (greedy: identical to ar)
+    learned: bool = False  # `auto` learns its speed by running it (its price is a prior)
+
+    def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
+        """The models that read the prompt before the first step (the driver times it)."""
+        return [m for m in (ctx.target, ctx.draft) if m is not None]
+
+    def scores_every_token(self, ctx: DecodeContext) -> bool:
+        """Whether the target scores every token this strategy may commit with `ctx` (what
+        logprobs need)."""
+        return self.exact
+
+    def plans(self, inputs: PriceInputs) -> list[Plan]:
+        """The plans of this method `auto` may run (settings only; none: not a candidate)."""
+        return []
+
+    def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice | None:
+        """`plan`'s expected round from costs and evidence; None: priced by `prior_speedup`."""
+        return None
+
+    def learn(self, evidence: Evidence, done: dict[str, int]) -> None:  # noqa: B027 (optional)
+        """Fold what a stretch of this method's rounds did (counter differences, stats.Counters'
+        names) into the evidence its prices read."""
+
+    def prior_speedup(self, kind: str) -> float:
+        """Before it has run on this kind of request: its speed over `ar`'s (unpriced methods)."""
+        return 1.0
+
+    @abstractmethod
+    def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
+        """Yield committed tokens with their origin, round after round, until closed."""
