@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
-from sprinter_edge.bench import edits, edits_files
+from sprinter_edge.bench import edits, edits_files, report, summary
 from sprinter_edge.bench.prompts import CODE_BLOCK_END
+from sprinter_edge.bench.runner import MethodSpec, RunRecord
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,8 @@ def test_tasks_cover_every_kind_and_fit_the_context(tasks: list[edits_files.File
     assert len({t.module for t in tasks}) >= 10
     for t in tasks:
         prompt = edits_files.estimate_tokens(t.prompt)
-        assert 800 <= prompt <= 2_000, (t.id, prompt)  # about 1-2k tokens of file
-        assert prompt + edits_files.reply_tokens(t) <= edits_files.CONTEXT, t.id
+        assert edits_files.MIN_TOKENS <= prompt <= 2_000, (t.id, prompt)  # about 1-2k tokens of file
+        assert prompt + edits_files.reply_tokens(t) <= edits_files.FIT_MARGIN * edits_files.CONTEXT, t.id
         assert t.prompt.startswith(t.instruction + " " + edits_files.RETURN_FILE + "\n\n```python\n")
         assert t.prompt.endswith(t.code + "```") and t.code.endswith("\n")
         assert t.cases and all(isinstance(ast.parse(a, mode="eval").body, ast.Tuple) for _, a in t.cases)
@@ -174,3 +176,88 @@ def test_forms_it_does_not_convert_leave_no_task() -> None:
         conv = edits_files._ToFString()
         conv.visit(ast.parse(source, mode="eval"))
         assert conv.failed, source
+
+
+def test_bench_flags_choose_file_edit_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    from sprinter_edge.bench.results import select_prompts
+    from sprinter_edge.cli import build_parser
+    from sprinter_edge.cli.bench import config_from
+    from sprinter_edge.errors import SprinterError
+
+    def cfg(*flags: str):  # type: ignore[no-untyped-def]
+        return config_from(build_parser().parse_args(["bench", *flags]))
+
+    assert cfg().file_edits == 0
+    none = ("--humaneval", "0", "--chat", "0", "--explain", "0", "--long", "0")
+    c = cfg("--file-edits", "3", "--file-edit-kinds", "type_hints,fix_bug", *none)
+    assert c.file_edits == 3 and tuple(c.file_edit_kinds) == ("type_hints", "fix_bug")
+    chosen = select_prompts(c)
+    assert [p.id for p in chosen] == [t.id for t in edits_files.select_tasks(3, ["type_hints", "fix_bug"])]
+    assert {p.kind for p in chosen} == {"file_edit"}
+    both = select_prompts(cfg("--file-edits", "1", "--edits", "1", *none))
+    assert [p.kind for p in both] == ["edit", "file_edit"]
+    with pytest.raises(SprinterError, match="--file-edit-kinds"):
+        cfg("--file-edits", "5", "--file-edit-kinds", "renames")
+    with pytest.raises(SprinterError, match="--file-edits"):
+        cfg("--file-edits", "-1")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--file-edits N N whole-file edit tasks" in text and "--max-tokens 2048" in text
+    assert "--file-edit-kinds KIND,... only these whole-file edit kinds" in text
+
+
+def _record(method: str, prompt_kind: str, i: int, passed: bool, kind: str) -> RunRecord:
+    stats = {"prefill_seconds": 0.5 if prompt_kind == "file_edit" else 0.1, "total_seconds": 4.0 + i % 2}
+    return RunRecord(method, f"{prompt_kind}/{i}", prompt_kind, "", [], stats, 10, 2.0, 5.0, 0.0,
+                     edit={"passed": passed, "kind": kind, "why": "" if passed else "behaviour differs"})
+
+
+def test_report_has_the_file_edit_workload_with_first_token_and_end_to_end_times() -> None:
+    specs = [MethodSpec("ar", "ar"), MethodSpec("lookup", "lookup")]
+    records = [_record(m, "file_edit", i, i % 3 != 0 or m == "ar", "file:fix_bug") for m in ("ar", "lookup")
+               for i in range(6)]
+    records += [_record(m, "edit", i, True, "fix_bug") for m in ("ar", "lookup") for i in range(4)]
+    rows = summary.summarize(records, specs)
+    ar, lookup = rows
+    assert (ar["file_edit_pass"], ar["file_edit_n"], ar["edit_n"]) == (1.0, 6, 4)  # each workload its own
+    assert lookup["file_edit_passed"] == 4 and lookup["file_edit_diff_vs_ar"] < 0
+    assert lookup["edit_by_kind"] == {"file:fix_bug": [4, 6], "fix_bug": [4, 4]}
+    assert lookup["e2e_seconds"] == pytest.approx(4.5)
+    groups = summary.summarize_groups(records, specs)
+    assert list(groups) == ["edit", "file_edit"]
+    g = groups["file_edit"]
+    assert g[1]["file_edit_pass"] == pytest.approx(4 / 6) and g[1]["edit_n"] == 0
+    assert g[1]["ttft_seconds"] == pytest.approx(0.5) and g[1]["e2e_seconds"] == pytest.approx(4.5)
+    md = "\n".join(report.group_tables(groups))
+    section = md[md.index("### whole-file edits"):]
+    head = section.splitlines()[2]
+    for column in ("tok/s", "TTFT s", "end-to-end s", "file edit pass", "file edits done"):
+        assert f"| {column} |" in head, head
+    assert "| lookup | 5.00 |" in section and "| 4/6 |" in section and "| edits done |" not in section
+    table = report.markdown_table(rows)
+    assert "| file edits done |" in table and "| edits done |" in table and "| end-to-end s |" in table
+    assert "| file edit pass |" not in report.markdown_table([{"method": "ar", "file_edit_n": 0}])
+
+
+def test_bench_file_edits_end_to_end(fixture_target_path: Path, fixture_draft_path: Path,
+                                     tmp_path: Path) -> None:
+    """--file-edits: the prompts run through every row as --edits' do, each reply is checked
+    (runs[].edit, kind file:*), and bench.md has the workload as its own group."""
+    from sprinter_edge.cli import main
+
+    out = tmp_path / "bench"
+    rc = main(["bench", "--target", str(fixture_target_path), "--draft", str(fixture_draft_path),
+               "--methods", "ar,lookup", "--humaneval", "0", "--chat", "1", "--explain", "0", "--long", "0",
+               "--file-edits", "2", "--max-tokens", "16", "--threads", "2", "--no-peers", "--no-cost-model",
+               "--no-warmup", "--rescore", "none", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    data = json.loads((out / "bench.json").read_text())
+    runs = [r for r in data["runs"] if r["prompt_kind"] == "file_edit"]
+    assert len(runs) == 4 and all(r["edit"]["kind"].startswith("file:") for r in runs)
+    assert all(not r["edit"]["passed"] and "--max-tokens" in r["edit"]["why"] for r in runs)  # 16 tokens
+    rows = data["groups"]["file_edit"]
+    assert [r["file_edit_n"] for r in rows] == [2, 2] and all(r["e2e_seconds"] > r["ttft_seconds"] > 0
+                                                              for r in rows)
+    md = (out / "bench.md").read_text()
+    assert "### whole-file edits (2 prompts, kind `file_edit`)" in md and "| file edits done |" in md

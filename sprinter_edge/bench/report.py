@@ -10,6 +10,7 @@ COLUMNS = (
     ("method", "method", "{}"),
     ("tokens_per_second", "tok/s", "{:.2f}"),
     ("ttft_seconds", "TTFT s", "{:.2f}"),
+    ("e2e_seconds", "end-to-end s", "{:.2f}"),
     ("ratio_vs_ar", "vs ar", "{:.2f}x"),
     ("ratio_vs_plain", "vs own plain", "{:.2f}x"),
     ("predicted_tps", "pred tok/s", "{:.2f}"),
@@ -24,8 +25,13 @@ COLUMNS = (
     ("pass_ci", "pass@1 95% CI", "interval"),
     ("pass_diff", "vs ar, points (95% CI)", "diff"),
     ("edit_pass", "edit pass", "{:.2f}"),
+    ("edit_done", "edits done", "count"),
     ("edit_ci", "edit 95% CI", "interval"),
     ("edit_diff", "edit vs ar, points (95% CI)", "diff"),
+    ("file_edit_pass", "file edit pass", "{:.2f}"),
+    ("file_edit_done", "file edits done", "count"),
+    ("file_edit_ci", "file edit 95% CI", "interval"),
+    ("file_edit_diff", "file edit vs ar, points (95% CI)", "diff"),
     ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
@@ -36,7 +42,7 @@ COLUMNS = (
 )
 
 # columns shown only when some row has this key (the edit tasks are off by default)
-_SHOWN_WITH = {"edit_pass": "edit_n", "edit_ci": "edit_n", "edit_diff": "edit_n"}
+_SHOWN_WITH = {f"{p}_{c}": f"{p}_n" for p in ("edit", "file_edit") for c in ("pass", "done", "ci", "diff")}
 
 # What the quality columns of SPRINTER rows mean (written under the table).
 COLUMN_HELP = (
@@ -62,8 +68,9 @@ COLUMN_HELP = (
 # the per-workload tables: speed, first token, work and the task-level quality columns
 # (a column no row of the group has is left out)
 GROUP_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
-    "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain", "ttft_seconds",
-    "target_calls_per_token", "draft_accept", "pass_at_1", "pass_ci", "pass_diff", "rouge_l",
+    "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain", "ttft_seconds", "e2e_seconds",
+    "target_calls_per_token", "draft_accept", "pass_at_1", "pass_ci", "pass_diff", "edit_pass",
+    "edit_done", "edit_ci", "file_edit_pass", "file_edit_done", "file_edit_ci", "rouge_l",
     "exact_match"))
 
 
@@ -73,6 +80,9 @@ def _cell(value: object, fmt: str) -> str:
     if fmt == "interval":
         lo, hi = value  # type: ignore[misc]
         return f"{lo:.2f}-{hi:.2f}"
+    if fmt == "count":
+        k, n = value  # type: ignore[misc]
+        return f"{k}/{n}"
     if fmt == "diff":
         d, lo, hi = value  # type: ignore[misc]
         return f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
@@ -83,10 +93,14 @@ def _cell(value: object, fmt: str) -> str:
 
 
 def _value(row: dict, key: str) -> object:
-    if key in ("pass_diff", "edit_diff"):  # the point difference with its interval
+    if key in ("pass_diff", "edit_diff", "file_edit_diff"):  # the point difference with its interval
         prefix = key.removesuffix("_diff")
         ci, d = row.get(f"{prefix}_diff_ci"), row.get(f"{prefix}_diff_vs_ar")
         return None if ci is None or d is None else (d, *ci)
+    if key in ("edit_done", "file_edit_done"):  # tasks passed / tasks run
+        prefix = key.removesuffix("_done")
+        k, n = row.get(f"{prefix}_passed"), row.get(f"{prefix}_n")
+        return None if k is None or not n else (k, n)
     return row.get(key)
 
 
@@ -131,13 +145,16 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
              "own plain decoding (llama-server rows against plain llama-server, llama-cpp-python "
              "rows against llama-cpp). TTFT: time to the first token, the prompt read by every "
              "model the method uses (llama-cpp rows: the client's time to the first streamed token; "
-             "llama-server rows: its timings.prompt_ms). "
+             "llama-server rows: its timings.prompt_ms). end-to-end s: mean seconds from the request "
+             "to the last token, the prompt read included. "
              "draft acc: llama-server's draft_n_accepted / draft_n.",
              "", COLUMN_HELP, "", *group_tables(data.get("groups") or {})]
     if any(r.get("edit_by_kind") for r in rows):
         lines += ["## edit tasks passed, by kind", "",
                   "An edit task passes when the reply's code block parses, makes the requested change "
-                  "and passes the problem's tests (bench/edits.py); why each failed: runs[].edit.why.",
+                  "and passes the problem's tests (bench/edits.py); a whole-file edit (kinds file:*, "
+                  "bench/edits_files.py) when its code parses, makes the change and behaves as the "
+                  "original module on every call of its check; why each failed: runs[].edit.why.",
                   "", edit_kind_table(rows), ""]
     if data.get("cost_model"):
         lines += ["## decode cost (ms per call)", "", cost_table(data["cost_model"]), ""]
@@ -155,7 +172,8 @@ def _decoding(config: dict) -> str:
 
 
 def edit_kind_table(rows: Sequence[dict]) -> str:
-    """passed/tasks per edit kind (bench/edits.py), one row per method."""
+    """passed/tasks per edit kind (bench/edits.py; file:* kinds: bench/edits_files.py), one row
+    per method."""
     kinds = sorted({k for r in rows for k in r.get("edit_by_kind") or {}})
     head = "| method | " + " | ".join(kinds) + " |"
     sep = "|---|" + "|".join("---" for _ in kinds) + "|"

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from ..api import Engine
 from ..backend import llama_tools, native
+from ..costs.table import cpu_name
 from ..errors import SprinterError
-from ..planning.costs import cpu_name
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
-from . import costmodel, edits, peers, plot, prompts, report, runner, summary
+from . import costmodel, edits, edits_files, peers, plot, prompts, report, runner, summary
 from .llama_server import SERVER_METHODS
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
@@ -65,6 +65,8 @@ class BenchConfig:
     edits: int = 0  # edit tasks: the first N of edits.task_order (its first 80: the fixed subset)
     edit_kinds: Sequence[str] = ()  # only these edit kinds (empty: all)
     edit_skip: int = 0  # start after this many tasks of the fixed order (held-out tasks)
+    file_edits: int = 0  # whole-file edit tasks: the first N of edits_files.task_order
+    file_edit_kinds: Sequence[str] = ()  # only these whole-file edit kinds (empty: all)
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
     humaneval_timeout: float = 10.0
@@ -124,10 +126,13 @@ def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen += prompts.long_prompts(config.long) if config.long else []
     chosen += (edits.edit_prompts(config.edits, config.edit_kinds or edits.KINDS, config.edit_skip)
                if config.edits else [])
+    chosen += (edits_files.file_edit_prompts(config.file_edits, config.file_edit_kinds or edits_files.KINDS)
+               if config.file_edits else [])
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)
     if not chosen:
-        raise SprinterError("no prompts: use --humaneval N, --chat N, --explain N, --long N, --edits N "
+        raise SprinterError("no prompts: use --humaneval N, --chat N, --explain N, --long N, --edits N, "
+                            "--file-edits N "
                             "or --prompts FILE")
     return chosen
 

