@@ -174,12 +174,12 @@ class Scripted(Planner):
         self.script = script
         self.calls = 0
 
-    def best(self, kind: str = "chat", approximate: bool = False) -> tuple[Plan, str]:
+    def best(self, kind: str = "chat", approximate: bool = False, depth: int = 0) -> tuple[Plan, str]:
         plan = self.script[min(self.calls, len(self.script) - 1)]
         self.calls += 1
         return plan, "scripted"
 
-    def ms_of(self, plan: Plan, kind: str = "chat") -> float:
+    def ms_of(self, plan: Plan, kind: str = "chat", depth: int = 0) -> float:
         return plan.ms_per_token * 10  # whatever runs now looks slow: the next look switches
 
 

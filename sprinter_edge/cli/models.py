@@ -176,23 +176,34 @@ def run_doctor(args: argparse.Namespace) -> int:
         print(f"  (no timing: {exc})")
         return 0
     from ..api import Engine, Hardware
+    from ..costs.table import BASE_DEPTH
     from ..planning.planner import flat_bound
 
     layers = -1 if args.gpu else 0
     try:
         engine = Engine.from_pair(pair.name, download=False, offline=True, progress=False, method="auto",
-                                  hardware=Hardware(n_threads=args.threads, n_ctx=512,
+                                  hardware=Hardware(n_threads=args.threads, n_ctx=4096,
                                                     draft_gpu_layers=layers, target_gpu_layers=layers))
         planner = engine.planner()  # this machine's costs: from the cache, or measured now
     except SprinterError as exc:
         print(f"  (no timing: {exc}; run `sprinter-edge pull {pair.name}`)")
         return 0
-    print(f"decode cost, pair {pair.name} (ms per call of n tokens after a 64-token context, last "
+    print(f"decode cost, pair {pair.name} (ms per call of n tokens after a {BASE_DEPTH}-token context, last "
           "row / all rows; measured once per machine, build, model and threads, then cached)")
     for role, table in (("draft", planner.draft), ("target", planner.target)):
         if table is not None:
             print(f"  {role:6} " + "  ".join(f"{n}: {table.last[n]:.0f}/{table.full[n]:.0f}"
                                              for n in sorted(table.last)))
+    print("decode cost at depth (ms per call after d tokens of context: 1 token / 32 tokens with "
+          "every row / 64 with every row; ms per row in brackets)")
+    for role, table in (("draft", planner.draft), ("target", planner.target)):
+        if table is None:
+            continue
+        for depth in (BASE_DEPTH, *sorted(table.deep)):
+            t = table.at(depth)
+            c32, c64 = t.all_rows(32), t.all_rows(64)
+            print(f"  {role:6} d={depth:<5} {t.cost(1):5.0f} / {c32:5.0f} ({c32 / 32:4.1f}) "
+                  f"/ {c64:5.0f} ({c64 / 64:4.1f})")
     if args.curve:
         for line in _curve_lines(engine.target):
             print(line)

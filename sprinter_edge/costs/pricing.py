@@ -21,6 +21,10 @@ class Costs:
     target: CostTable
     draft: CostTable | None = None
 
+    def at(self, depth: int) -> Costs:
+        """The costs of calls after `depth` tokens of context (see CostTable.at)."""
+        return Costs(self.target.at(depth), self.draft.at(depth) if self.draft is not None else None)
+
     def flat(self) -> Costs:
         """The same models priced as if a decode call cost one token whatever its batch (a GPU
         or Apple Silicon, roughly)."""

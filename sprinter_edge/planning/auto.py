@@ -51,7 +51,7 @@ class Auto(Strategy):
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """Decide the first plan, then read the prompt only with the models it uses."""
         planner = self._planner(ctx)
-        self.plan, why = planner.best(ctx.kind, ctx.approximate_ok)
+        self.plan, why = planner.best(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens)
         ctx.stats.trace.plan, ctx.stats.trace.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
         if strategy_of(self.plan).uses_draft and ctx.draft is not None:
@@ -62,7 +62,7 @@ class Auto(Strategy):
         planner = self._planner(ctx)
         stats, trace = ctx.stats, ctx.stats.trace
         if self.plan is None:
-            self.plan, trace.plan_reason = planner.best(ctx.kind, ctx.approximate_ok)
+            self.plan, trace.plan_reason = planner.best(ctx.kind, ctx.approximate_ok, len(prompt))
         seq = list(prompt)
         while True:
             plan = self.plan
@@ -84,36 +84,36 @@ class Auto(Strategy):
                     yield step
                     if since_look >= REPLAN_EVERY:
                         since_look = 0
-                        self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds)
+                        self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds, len(seq))
                         base, seg_tokens, seg_seconds = _counters(stats), 0, 0.0
                         switch_to = self._should_switch(ctx, planner, plan, seq)
             finally:
                 inner.close()
-                self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds)
+                self._learn(planner, plan, ctx, base, seg_tokens, seg_seconds, len(seq))
             self.plan, trace.plan_reason = switch_to
             trace.plan_switches += 1
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
     def _learn(planner: Planner, plan: Plan, ctx: DecodeContext, base: dict[str, int], tokens: int,
-               seconds: float) -> None:
+               seconds: float, depth: int) -> None:
         now = _counters(ctx.stats)
         d = {k: now[k] - base[k] for k in now}
         strategy_of(plan).learn(planner.evidence, d)
-        planner.observe_time(plan, tokens, seconds, ctx.kind)
+        planner.observe_time(plan, tokens, seconds, ctx.kind, depth - tokens // 2)
 
     @staticmethod
     def _should_switch(ctx: DecodeContext, planner: Planner, plan: Plan,
                        seq: list[int]) -> tuple[Plan, str] | None:
-        best, why = planner.best(ctx.kind, ctx.approximate_ok)
+        best, why = planner.best(ctx.kind, ctx.approximate_ok, len(seq))
         if best.label == plan.label:
             return None
-        current_ms = planner.ms_of(plan, ctx.kind)
+        current_ms = planner.ms_of(plan, ctx.kind, len(seq))
         behind = 0
         if strategy_of(best).uses_draft and ctx.draft is not None:
             behind = len(seq) - common_prefix(ctx.draft.tokens, seq)
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
-        if gain_ms <= planner.switch_ms(behind, to_draft=True) or \
+        if gain_ms <= planner.switch_ms(behind, to_draft=True, depth=len(seq)) or \
                 best.ms_per_token > current_ms * (1 - SWITCH_GAIN):
             return None
         return best, f"switched from {plan.label}: {why}"

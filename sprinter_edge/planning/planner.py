@@ -70,8 +70,9 @@ class Planner:
     def draft(self) -> CostTable | None:
         return self.costs.draft
 
-    def inputs(self, kind: str = "chat") -> PriceInputs:
-        return PriceInputs(self.costs, self.evidence, kind, self.verifier_ms, self.max_run_cap)
+    def inputs(self, kind: str = "chat", depth: int = 0) -> PriceInputs:
+        """What plans are priced from, for a request of `kind` after `depth` tokens of context."""
+        return PriceInputs(self.costs.at(depth), self.evidence, kind, self.verifier_ms, self.max_run_cap)
 
     def candidates(self, approximate: bool = False) -> list[Strategy]:
         """The registered strategies whose plans may run here: the draft's only with a draft,
@@ -98,29 +99,32 @@ class Planner:
         seen = [v for k, v in self.efficiency.items() if k != BASELINE.name]
         return sum(v.value * v.weight for v in seen) / sum(v.weight for v in seen) if seen else 1.0
 
-    def round(self, plan: Plan | str, **settings: Any) -> RoundPrice:
-        """The expected round of `plan` (a plan, or a method name and its settings) from costs and
-        the evidence so far; a method priced by a prior is priced as a plain step here."""
+    def round(self, plan: Plan | str, depth: int = 0, **settings: Any) -> RoundPrice:
+        """The expected round of `plan` (a plan, or a method name and its settings) after `depth`
+        tokens of context, from costs and the evidence so far; a method priced by a prior is
+        priced as a plain step here."""
         plan = Plan(plan, **settings) if isinstance(plan, str) else plan
-        inputs = self.inputs()
+        inputs = self.inputs(depth=depth)
         price = strategy_of(plan).price(plan, inputs) if self.draft is not None or plan.method == \
             BASELINE.name else None
         return price if price is not None else BASELINE.price(Plan(BASELINE.name), inputs)
 
-    def raw_ms(self, plan: Plan | str, **settings: Any) -> float:
+    def raw_ms(self, plan: Plan | str, depth: int = 0, **settings: Any) -> float:
         """Predicted decode milliseconds per generated token, from costs and acceptance."""
-        return self.round(plan, **settings).ms_per_token
+        return self.round(plan, depth, **settings).ms_per_token
 
-    def plans(self, kind: str = "chat", approximate: bool = False, *, measured: bool = True) -> list[Plan]:
-        """Every candidate with its corrected prediction, fastest first. `approximate`: the
-        caller chose an operating point, so SPRINTER may run. `measured` off: the predictions
-        alone, before what each plan measured on this kind of request."""
+    def plans(self, kind: str = "chat", approximate: bool = False, *, measured: bool = True,
+              depth: int = 0) -> list[Plan]:
+        """Every candidate with its corrected prediction, fastest first, after `depth` tokens of
+        context. `approximate`: the caller chose an operating point, so SPRINTER may run.
+        `measured` off: the predictions alone, before what each plan measured on this kind of
+        request."""
         def kind_ms(label: str, predicted: float) -> float:
             return self._kind_ms(kind, label, predicted) if measured else predicted
 
-        inputs = self.inputs(kind)
+        inputs = self.inputs(kind, depth)
         base = Plan(BASELINE.name)
-        ar_ms = kind_ms(base.label, self.raw_ms(base) * self._eff(BASELINE.name))
+        ar_ms = kind_ms(base.label, self.raw_ms(base, depth) * self._eff(BASELINE.name))
         out = [replace(base, ms_per_token=ar_ms)]
         for strategy in self.candidates(approximate):
             for plan in strategy.plans(inputs):
@@ -140,16 +144,18 @@ class Planner:
         w = min(r.weight, 512.0)
         return (r.value * w + predicted * 8.0) / (w + 8.0)
 
-    def best(self, kind: str = "chat", approximate: bool = False) -> tuple[Plan, str]:
-        """The plan to run and why: the fastest predicted (a draft plan only when it beats ar
-        by MARGIN), or a probe of a close plan not yet measured on this kind of request."""
-        plans = self.plans(kind, approximate)
+    def best(self, kind: str = "chat", approximate: bool = False, depth: int = 0) -> tuple[Plan, str]:
+        """The plan to run and why: the fastest predicted after `depth` tokens of context (a
+        draft plan only when it beats ar by MARGIN), or a probe of a close plan not yet measured
+        on this kind of request."""
+        plans = self.plans(kind, approximate, depth=depth)
         ar = next(p for p in plans if p.method == BASELINE.name)
         best = plans[0]
         if self.ran.get((kind, best.label), 0) >= PROBE_TOKENS:
             # a plan not yet run PROBE_TOKENS tokens here is judged by the better of its
             # prediction and its prior: a few tokens are no measurement
-            prior = {p.label: p.ms_per_token for p in self.plans(kind, approximate, measured=False)}
+            prior = {p.label: p.ms_per_token
+                     for p in self.plans(kind, approximate, measured=False, depth=depth)}
             unproven = [(min(p.ms_per_token, prior[p.label]), p) for p in plans[1:]
                         if strategy_of(p).learned and self.ran.get((kind, p.label), 0) < PROBE_TOKENS]
             close = [(ms, p) for ms, p in unproven if ms <= best.ms_per_token * (1 + PROBE_WITHIN)]
@@ -167,16 +173,18 @@ class Planner:
         return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests "
                       f"({best.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tok/s)")
 
-    def ms_of(self, plan: Plan, kind: str = "chat") -> float:
+    def ms_of(self, plan: Plan, kind: str = "chat", depth: int = 0) -> float:
         """Corrected ms per token of `plan` under what the planner knows now."""
-        for p in self.plans(kind, approximate=True):
+        for p in self.plans(kind, approximate=True, depth=depth):
             if p.label == plan.label:
                 return p.ms_per_token
-        return self.raw_ms(plan) * self._eff(plan.method)
+        return self.raw_ms(plan, depth) * self._eff(plan.method)
 
     # ------------------------------------------------------------------ evidence
-    def observe_time(self, plan: Plan, tokens: int, seconds: float, kind: str = "chat") -> None:
-        """`tokens` generated by `plan` in `seconds` of decoding, on a request of this kind."""
+    def observe_time(self, plan: Plan, tokens: int, seconds: float, kind: str = "chat",
+                     depth: int = 0) -> None:
+        """`tokens` generated by `plan` in `seconds` of decoding, on a request of this kind, after
+        about `depth` tokens of context."""
         if tokens <= 0 or seconds <= 0:
             return
         ms = seconds * 1e3 / tokens
@@ -188,12 +196,12 @@ class Planner:
         else:
             r.add(ms, tokens)
         if strategy_of(plan).price(plan, self.inputs(kind)) is not None:  # a priced model, not a prior
-            self.efficiency.setdefault(plan.method, Rate(1.0, 8.0)).add(ms / self.raw_ms(plan), tokens)
+            self.efficiency.setdefault(plan.method, Rate(1.0, 8.0)).add(ms / self.raw_ms(plan, depth), tokens)
 
-    def switch_ms(self, tokens_behind: int, to_draft: bool) -> float:
+    def switch_ms(self, tokens_behind: int, to_draft: bool, depth: int = 0) -> float:
         """The one-off cost of catching a model up on `tokens_behind` tokens."""
         table = self.draft if to_draft and self.draft is not None else self.target
-        return table.cost(24) / 24 * tokens_behind if tokens_behind > 0 else 0.0
+        return table.at(depth).cost(24) / 24 * tokens_behind if tokens_behind > 0 else 0.0
 
 
 

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from ..context import DecodeContext
 
 MIN_MATCH = 3  # shortest suffix looked up (shorter matches are noise)
-MAX_MATCH = 16  # longest suffix compared
-MAX_PROPOSAL = 31  # a target call of at most 32 tokens
+MAX_MATCH = 32  # longest suffix compared
+MAX_PROPOSAL = 63  # a target call of at most 64 tokens (past 64 rows a row costs no less on CPUs)
 SPEC_FACTOR = 2  # propose at most this many tokens per matched token (SuffixDecoding's cap)
 CANDIDATES = 32  # most recent occurrences compared per lookup
 ANCHOR_WINDOW = 8  # after a departure the copy resumes within this many source tokens
@@ -135,8 +135,8 @@ class PromptLookup(Proposer):
             return Proposal()
         self._bucket, self._end = b, end
         a = self.evidence.rate(b)
-        costs = ctx.costs
-        assert costs is not None, "prompt lookup prices proposals with this machine's costs"
+        assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
+        costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
         k, direct_ms = best_length(a, len(follow), costs.target)
         stage = self.stage
         if stage is not False and ctx.draft is not None and costs.draft is not None:
