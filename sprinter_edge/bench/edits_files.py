@@ -273,9 +273,9 @@ def _arity(fn: ast.FunctionDef) -> int | None:
 
 def _excerpt(module: str) -> tuple[str, int, int, bool] | None:
     """(code, first line, last line, whole): the module without its accelerator imports and
-    `__main__` block when that `fits`, else the run of its top-level
-    statements (after the imports before it) that fits, runs alone and defines the most
-    public functions (then the longest, then the first)."""
+    `__main__` block when that `fits`, else the run of its top-level statements (after the
+    module's imports before it) that fits, runs alone and defines the most public functions
+    (then the longest, then the first)."""
     path = _module_path(module)
     if path is None:
         return None
@@ -305,11 +305,11 @@ def _excerpt(module: str) -> tuple[str, int, int, bool] | None:
         return whole, 1, len(lines), True
     imports = [i for i in keep if isinstance(tree.body[i], (ast.Import, ast.ImportFrom))]
     best: tuple[tuple[int, int, int], str, int, int] | None = None
-    body = [i for i in keep if i not in imports]
-    for a in range(len(body)):
-        for b in range(a, len(body)):
-            chosen = body[a : b + 1]
-            code = text(chosen, [i for i in imports if i < chosen[-1]])
+    for a in range(len(keep)):
+        header = [i for i in imports if i < keep[a]]
+        for b in range(a, len(keep)):
+            chosen = keep[a : b + 1]
+            code = text(chosen, header)
             if len(code) > _MAX_CHARS:  # longer windows from here on only
                 break
             if len(code) < _MIN_CHARS or not fits(code):  # (the characters first: cheaper)
