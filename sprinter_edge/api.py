@@ -299,6 +299,9 @@ class Engine:
             target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
             max_new_tokens=budget, run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
         )
+        if params.constraint is not None:  # a fresh matcher: the state of the empty reply
+            from .grammar import compile as compile_constraint
+            ctx.grammar = compile_constraint(params.constraint, target if target is not None else draft)
         request = self.text_model.detokenize(tokens) if isinstance(prompt, list) else prompt
         ctx.kind = ctx.stats.kind = request_kind(request)
         ctx.stats.exact = strategy.exact

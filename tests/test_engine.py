@@ -66,7 +66,8 @@ def _counters_add_up(result) -> None:  # noqa: ANN001
 
 
 _COUNTER = {Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
-            Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus"}
+            Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
+            Origin.FORCED: "forced"}
 
 
 def _sd_rounds(origins: list[Origin]) -> list[list[Origin]]:

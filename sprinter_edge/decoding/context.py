@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from ..numerics import token_logprobs
 from ..verifiers.base import Verifier
 from .sampling import Sampler
 from .stats import Origin, Stats
+
+if TYPE_CHECKING:
+    from ..grammar.engine import Matcher
 
 Step = list[tuple[int, Origin]]  # tokens committed in one round, with where each came from
 
@@ -48,6 +52,9 @@ class DecodeContext:
     evidence: Evidence | None = None  # what earlier replies showed (kept by the engine's planner)
     kind: str = "chat"  # the request's kind (edit | code | chat)
     approximate_ok: bool = False  # auto may run SPRINTER (the user chose an operating point)
+    # the reply's constraint, in the state of the committed reply (the loop consumes each
+    # round's tokens); proposers consume what they try and roll it back. None: free text
+    grammar: Matcher | None = None
     # one entry per committed token, in order, when sampler.params.logprobs is not None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     _scored: list[int] | None = field(default=None, init=False, repr=False)  # prompt + recorded

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .context import DecodeContext, Step
+from .sampling import masked
 from .stats import Origin
 from .strategy import Strategy
 
@@ -18,8 +19,12 @@ class DraftOnly(Strategy):
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         seq = list(prompt)
+        grammar = ctx.grammar
         while True:
             out = ctx.draft_step(seq)
-            token = ctx.sampler.draw(ctx.sampler.prepare(out.logits[0], seq))
+            row = out.logits[0] if grammar is None else masked(out.logits[0], grammar.mask())
+            token = ctx.sampler.draw(ctx.sampler.prepare(row, seq))
+            if grammar is not None:
+                grammar.consume([token])
             seq.append(token)
             yield [(token, Origin.DRAFT)]

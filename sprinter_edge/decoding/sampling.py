@@ -21,11 +21,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import SettingsError
+
+if TYPE_CHECKING:
+    from ..grammar.spec import Constraint
 
 MAX_LOGPROBS = 20  # most alternatives per token (OpenAI's top_logprobs limit)
 
@@ -54,6 +57,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # OpenAI: minus this times its count in the reply so far
     repeat_penalty: float = 1.0  # llama.cpp: 1.0 off; > 1 discourages recent tokens
     repeat_last_n: int = 64  # llama.cpp: the window of the repeat penalty; 0 off, -1 all
+    # the reply must match this (JSON schema, regex, grammar): every method then samples from
+    # the target's distribution masked to the allowed tokens and renormalised (None: free text)
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -119,6 +125,12 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     if keep is not None:
         scaled = _masked(scaled, keep)
     return _softmax_(scaled)
+
+
+def masked(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """A copy of a logits row with the tokens `mask` disallows at -inf: a grammar's constraint,
+    applied before `Sampler.prepare` so greedy picks and distributions stay inside it."""
+    return np.where(mask, logits, np.float32(-np.inf)).astype(np.float32, copy=False)
 
 
 def _softmax_(z: np.ndarray) -> np.ndarray:

@@ -29,11 +29,13 @@ class Origin(str, Enum):
     ACCEPTED = "accepted"  # proposed token accepted by the p/q test
     RESAMPLED = "resampled"  # replacement drawn from the residual after a rejection
     BONUS = "bonus"  # extra target token after an accepted last proposed token
+    FORCED = "forced"  # the only token the grammar allows: committed without the target (exact)
 
 
 _ORIGIN_FIELD = {
     Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
     Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
+    Origin.FORCED: "forced",
 }
 
 
@@ -47,6 +49,7 @@ class Counters:
     accepted: int = 0
     resampled: int = 0
     bonus: int = 0
+    forced: int = 0  # constrained: tokens the grammar left no choice for (no target test)
     # proposals and their tests
     draft_tokens: int = 0  # tokens the draft proposed (sd, sprinter, staged's own token)
     lookup_tokens: int = 0  # tokens a copy offered (staged: before the draft's cut)
@@ -55,6 +58,8 @@ class Counters:
     flags: int = 0  # sprinter: drafted tokens the verifier sent to the target
     cap_hits: int = 0  # sprinter: runs ended by the run cap
     eog_checks: int = 0  # sprinter: end tokens sent to the target unscored
+    grammar_proposed: int = 0  # constrained: the grammar's fast-forward tokens proposed
+    grammar_accepted: int = 0  # of those, accepted by the p/q test
     # model calls after the prompt
     draft_calls: int = 0
     target_calls: int = 0
@@ -72,8 +77,11 @@ class Counters:
         self.sd_tests += tested
         self.draft_tokens += proposal.drafted
         self.lookup_tokens += proposal.copied
+        # a proposal's tested tokens: the grammar's fast-forward span first, then the rest
+        self.grammar_proposed += proposal.grammar
+        self.grammar_accepted += min(accepted, proposal.grammar)
         if proposal.copied:
-            self.lookup_accepted += accepted
+            self.lookup_accepted += max(0, accepted - proposal.grammar)
         if proposal.ended_by is not None:
             name = {"flag": "flags", "cap": "cap_hits", "eog": "eog_checks"}[proposal.ended_by]
             setattr(self, name, getattr(self, name) + 1)

@@ -5,7 +5,9 @@ the loop's acceptor (acceptor.py) has the target score them in one decode. A pro
 for each token, the distribution it was drawn from: a probability vector, or a token id for a
 point mass (a deterministic guess: a copied span, or any greedy choice). With that the p/q
 test keeps the output distributed as the target's. `trusted` leading tokens are committed
-without the target (SPRINTER's passed tokens): only an approximate proposer sets it.
+without the target (SPRINTER's passed tokens): only an approximate proposer sets it. `forced`
+leading tokens (before the trusted ones) are the only tokens a grammar allows where they stand:
+a point mass under the masked target, so committing them untested is exact.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ Prepared = int | np.ndarray  # a sampler-prepared distribution; an int is a poin
 class Proposal:
     tokens: list[int] = field(default_factory=list)
     q: list[Prepared] = field(default_factory=list)  # one per token
-    trusted: int = 0  # leading tokens committed without the target (approximate)
+    trusted: int = 0  # tokens after the forced ones committed without the target (approximate)
+    forced: int = 0  # leading tokens the grammar leaves no choice for: committed as they are (exact)
+    grammar: int = 0  # tokens after forced + trusted that the grammar proposed (fast-forward)
     source: str = ""  # who proposed it: draft | lookup | staged
     # for the counters (stats.Counters.add_round): tokens the draft produced, tokens a copy
     # offered (staged: before the draft's cut), and what ended a SPRINTER run

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ...numerics import confidence
 from ...verifiers.base import DraftFeatures, Verifier
 from ..run_policy import RunPolicy, Verdict
+from ..sampling import masked
 from .base import Prepared, Proposal, Proposer
 from .lookup import SuffixIndex
 
@@ -203,23 +204,33 @@ class DraftProposer(Proposer):
         self.rule.begin()
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
-        sampler = ctx.sampler
+        sampler, grammar = ctx.sampler, ctx.grammar
         tokens: list[int] = []
         qs: list[Prepared] = []
-        while True:
-            context = seq + tokens
-            out = ctx.draft_step(context, hidden=self.rule.needs_hidden)
-            q = sampler.prepare(out.logits[0], context)
-            token = sampler.draw(q)
-            tokens.append(token)
-            qs.append(q)
-            decision = self.rule.after(ctx, out, token, len(tokens), context + [token])
-            if decision is Decision.CONTINUE:
-                continue
-            if decision is Decision.DROP_AND_STOP:
-                tokens.pop()
-                qs.pop()
-            break
+        moved = 0  # tokens consumed into the grammar, rolled back before returning
+        try:
+            while True:
+                context = seq + tokens
+                out = ctx.draft_step(context, hidden=self.rule.needs_hidden)
+                row = out.logits[0]
+                if grammar is not None:  # q is the draft's masked distribution, as p is the target's
+                    row = masked(row, grammar.mask())
+                q = sampler.prepare(row, context)
+                token = sampler.draw(q)
+                if grammar is not None:
+                    moved += grammar.consume([token])
+                tokens.append(token)
+                qs.append(q)
+                decision = self.rule.after(ctx, out, token, len(tokens), context + [token])
+                if decision is Decision.CONTINUE:
+                    continue
+                if decision is Decision.DROP_AND_STOP:
+                    tokens.pop()
+                    qs.pop()
+                break
+        finally:
+            if grammar is not None:
+                grammar.rollback(moved)
         return Proposal(tokens, qs, trusted=self.rule.trusted, source="draft", drafted=len(tokens),
                         ended_by=self.rule.ended_by)
 
