@@ -1,0 +1,195 @@
+"""The server's routes and error handlers, as module-level functions over `ServerState`
+(kept in `app.state.server` by server.create_app)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..api import Engine
+from ..decoding import SamplingParams
+from ..prompting import prompt_tokens, render_chat
+from .jobs import collect, stream_response, submit, wait_started
+from .responses import (
+    ApiError,
+    ChatChunks,
+    CompletionChunks,
+    chat_completion,
+    envelope,
+    error_response,
+    generation_failed,
+    models_list,
+    text_completion,
+    validation_message,
+)
+from .schemas import ChatCompletionRequest, CompletionRequest
+from .tools import (
+    CLOSE,
+    ToolCallError,
+    ToolStream,
+    forced_prefix,
+    needs_tool_rendering,
+    parse_reply,
+    render_messages,
+    template_support,
+)
+from .worker import EngineWorker, PromptBuilder
+
+router = APIRouter()
+
+
+@dataclass
+class ServerState:
+    """What the handlers serve: one engine behind its worker, under one model id."""
+
+    engine: Engine
+    worker: EngineWorker
+    model_id: str
+    defaults: SamplingParams
+    created: int  # when the server started, for /v1/models
+
+
+def state_of(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    worker = app.state.server.worker
+    worker.start()
+    yield
+    worker.stop()
+
+
+# ---------------------------------------------------------------------------- errors
+
+async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return error_response(400, validation_message(exc))
+
+
+async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    return error_response(exc.status_code, str(exc.detail),
+                          "not_found_error" if exc.status_code == 404 else "invalid_request_error")
+
+
+async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
+    return exc.response()
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error a client sees has OpenAI's error body."""
+    app.add_exception_handler(RequestValidationError, on_invalid_request)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, on_http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(ApiError, on_api_error)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- status
+
+@router.get("/health")
+async def health(request: Request) -> dict[str, Any]:
+    s = state_of(request)
+    c = s.worker.counters
+    return {"status": "ok", "model": s.model_id, "method": s.engine.settings.method, "busy": c.busy,
+            "queued": s.worker.queued, "completed": c.completed, "cancelled": c.cancelled,
+            "failed": c.failed}
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict[str, Any]:
+    s = state_of(request)
+    return models_list(s.model_id, s.created)
+
+
+# ---------------------------------------------------------------------------- chat
+
+@dataclass
+class ChatPlan:
+    """How one chat request is prompted and how its reply is read for tool calls."""
+
+    mode: str  # "off" | "auto" | "forced"
+    prompt: list[dict[str, Any]] | PromptBuilder
+    prefix: str = ""  # what the prompt already wrote of the reply (a forced call's opening)
+    forced: list[str] | None = None  # the names a forced call may take
+    bare_names: list[str] = field(default_factory=list)  # a bare JSON call of these counts too
+    one_call: bool = False  # stop at the first call's end
+
+    @property
+    def tools(self) -> bool:
+        return self.mode != "off"
+
+    def tool_stream(self) -> ToolStream | None:
+        if not self.tools:
+            return None
+        return ToolStream(forced=self.forced, prefix=self.prefix, names=self.bare_names)
+
+
+def plan_chat(req: ChatCompletionRequest) -> ChatPlan:
+    """The request's tool mode and prompt: plain messages for the engine's own chat rendering,
+    or, with tools or tool turns, a prompt the worker renders with the model's template."""
+    messages = [m.to_dict() for m in req.messages]
+    mode, names = req.tool_mode()
+    prefix = forced_prefix(names[0] if len(names) == 1 else None) if mode == "forced" else ""
+    plan = ChatPlan(mode=mode, prompt=messages, prefix=prefix,
+                    forced=names if mode == "forced" else None,
+                    bare_names=names if mode == "auto" else [],
+                    # one call: the forced one, or the first when parallel calls are off
+                    one_call=mode == "forced" or (mode == "auto" and req.parallel_tool_calls is False))
+    if plan.tools or needs_tool_rendering(messages):
+        tools = [t.to_dict() for t in req.tools or ()] if plan.tools else None
+
+        def build(engine: Engine) -> list[int]:  # runs on the worker thread
+            model = engine.text_model
+            msgs, template_tools = render_messages(messages, tools, template_support(model.chat_template))
+            text = render_chat(model, msgs, tools=template_tools) + prefix
+            return prompt_tokens(model, text, chat_rendered=True)
+
+        plan.prompt = build
+    return plan
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+    s = state_of(request)
+    plan = plan_chat(body)
+    job = submit(s.worker, s.defaults, body, plan.prompt, chat=True, logprobs=body.logprobs_k(),
+                 extra_stops=(CLOSE,) if plan.one_call else ())
+    await wait_started(job)
+    base = envelope("chatcmpl", "chat.completion.chunk" if body.stream else "chat.completion",
+                    s.model_id)
+    if body.stream:
+        shaper = ChatChunks(job.pieces, logprobs=body.logprobs, tools=plan.tool_stream())
+        return stream_response(job, base, shaper, include_usage=_include_usage(body))
+    result = await collect(job)
+    if not plan.tools:
+        return chat_completion(base, result, job.pieces)
+    try:
+        parsed = parse_reply(result.text, forced=plan.forced, prefix=plan.prefix,
+                             names=plan.bare_names)
+    except ToolCallError as exc:
+        raise generation_failed(exc) from None
+    return chat_completion(base, result, job.pieces, content=parsed.content, calls=parsed.calls)
+
+
+# ---------------------------------------------------------------------------- completions
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request) -> Any:
+    s = state_of(request)
+    job = submit(s.worker, s.defaults, body, body.prompt_value(), chat=False, logprobs=body.logprobs)
+    await wait_started(job)
+    base = envelope("cmpl", "text_completion", s.model_id)
+    if body.stream:
+        return stream_response(job, base, CompletionChunks(job.pieces),
+                               include_usage=_include_usage(body))
+    return text_completion(base, await collect(job), job.pieces)
+
+
+def _include_usage(req: ChatCompletionRequest | CompletionRequest) -> bool:
+    return bool(req.stream_options and req.stream_options.include_usage)

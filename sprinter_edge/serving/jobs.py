@@ -1,0 +1,140 @@
+"""A request's life on the engine worker, seen from the event loop: queue it with its
+settings, wait until the worker takes it, then collect the result or stream its chunks.
+
+Every path ends by cancelling the job (a no-op once it is done), so a request abandoned
+for any reason frees the worker at its next decoding step."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+from fastapi.responses import StreamingResponse
+
+from ..decoding import Chunk, GenerationResult, SamplingParams
+from ..errors import ContextOverflowError, SprinterError
+from ..verifiers.operating_point import OperatingPoint
+from .responses import (
+    DONE,
+    ApiError,
+    Choice,
+    chunk_event,
+    final_events,
+    generation_failed,
+    stream_error_event,
+)
+from .schemas import ChatCompletionRequest, CompletionRequest
+from .tools import ToolCallError
+from .worker import EngineWorker, Job
+
+
+class ChunkShaper(Protocol):
+    """What a stream needs from the response side: the choices of each event."""
+
+    def opening(self) -> Choice | None: ...
+    def on_chunk(self, chunk: Chunk) -> list[Choice]: ...
+    def on_done(self, result: GenerationResult) -> list[Choice]: ...
+
+
+def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: SamplingParams, *,
+                   logprobs: int | None = None, extra_stops: Sequence[str] = ()
+                   ) -> tuple[SamplingParams, OperatingPoint | None]:
+    """The request's sampling settings (the defaults where it leaves a field out) and its
+    operating point; a setting the engine refuses is a 400."""
+    fields = {"max_tokens": req.token_limit(), "temperature": req.temperature,
+              "top_p": req.top_p, "top_k": req.top_k, "seed": req.seed,
+              "presence_penalty": req.presence_penalty,
+              "frequency_penalty": req.frequency_penalty,
+              "repeat_penalty": req.repeat_penalty, "repeat_last_n": req.repeat_last_n}
+    try:
+        params = defaults.replace(stop=(*req.stops(), *extra_stops), logprobs=logprobs,
+                                  **{k: v for k, v in fields.items() if v is not None})
+        point = OperatingPoint(threshold=req.threshold) if req.threshold is not None else None
+    except SprinterError as exc:
+        raise ApiError(400, str(exc)) from None
+    return params, point
+
+
+def submit(worker: EngineWorker, defaults: SamplingParams,
+           req: ChatCompletionRequest | CompletionRequest, prompt: Any, *, chat: bool,
+           logprobs: int | None = None, extra_stops: Sequence[str] = ()) -> Job:
+    """Queue the request on the worker."""
+    params, point = request_params(req, defaults, logprobs=logprobs, extra_stops=extra_stops)
+    return worker.submit(prompt, params=params, chat=chat, method=req.method, operating_point=point)
+
+
+async def wait_started(job: Job) -> None:
+    """Wait until the worker has accepted the job; a refusal is a 400 (a bad request) or a
+    500 (anything else)."""
+    try:
+        kind, value = await job.events.get()
+    except BaseException:
+        job.cancel()
+        raise
+    if kind == "error":
+        status = 400 if isinstance(value, (SprinterError, ValueError)) else 500
+        code = "context_length_exceeded" if isinstance(value, ContextOverflowError) else None
+        raise ApiError(status, str(value), type_="invalid_request_error" if status == 400
+                       else "server_error", code=code)
+
+
+async def collect(job: Job) -> GenerationResult:
+    """The started job's result."""
+    try:
+        while True:
+            kind, value = await job.events.get()
+            if kind == "done":
+                return value
+            if kind == "error":
+                raise generation_failed(value)
+    finally:
+        job.cancel()
+
+
+class JobStream(StreamingResponse):
+    """A streaming response that cancels its job however the response ends."""
+
+    def __init__(self, content: AsyncIterator[str], job: Job):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.job = job
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
+
+
+async def job_events(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
+                     include_usage: bool) -> AsyncIterator[str]:
+    """The server-sent events of a started job: one per choice `shaper` makes, the stream's
+    end (usage and counters) or its error, then [DONE]."""
+    try:
+        opening = shaper.opening()
+        if opening is not None:
+            yield chunk_event(base, [opening])
+        while True:
+            kind, value = await job.events.get()
+            try:
+                if kind == "chunk":
+                    for choice in shaper.on_chunk(value):
+                        yield chunk_event(base, [choice])
+                elif kind == "done":
+                    for event in final_events(base, shaper.on_done(value), value,
+                                              include_usage=include_usage):
+                        yield event
+                    break
+            except ToolCallError as exc:
+                kind, value = "error", exc
+            if kind == "error":
+                yield stream_error_event(value)
+                break
+        yield DONE
+    finally:
+        job.cancel()
+
+
+def stream_response(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
+                    include_usage: bool) -> JobStream:
+    return JobStream(job_events(job, base, shaper, include_usage=include_usage), job)
