@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sprinter_edge.bench import edits, edits_files, report, summary
+from sprinter_edge.bench import edits_files, report, summary
 from sprinter_edge.bench.prompts import CODE_BLOCK_END
 from sprinter_edge.bench.runner import MethodSpec, RunRecord
 
@@ -86,7 +86,8 @@ def test_the_original_passes_its_own_check(tasks: list[edits_files.FileEditTask]
 
 def test_references_pass_and_unchanged_inputs_fail(tasks: list[edits_files.FileEditTask]) -> None:
     for task in _sample(tasks):
-        res = edits.check_reply(asdict(task), as_reply(edits_files.reference(task)))  # as the runner calls it
+        assert edits_files.is_file_task(asdict(task))  # how the runner picks the check
+        res = edits_files.check_reply(asdict(task), as_reply(edits_files.reference(task)))
         assert res.passed and res.status == "passed" and res.kind == f"file:{task.kind}", (task.id, res)
         res = edits_files.check_reply(task, as_reply(task.code))
         assert not res.passed and res.why, task.id

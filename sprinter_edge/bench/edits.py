@@ -662,11 +662,7 @@ def reply_code(task: EditTask, reply: str) -> str | None:
 def check_reply(task: EditTask | dict, reply: str, timeout: float = 10.0) -> EditCheck:
     """Whether a reply does the task: a python code block whose code parses, carries the
     change and passes the problem's tests (the input's imports put in front, as for pass@1).
-    A whole-file task (`edits_files.FileEditTask`, or its dict) goes to its own check."""
-    if not isinstance(task, EditTask) and (not isinstance(task, dict) or "module" in task):
-        from . import edits_files
-
-        return edits_files.check_reply(task, reply, timeout)
+    Whole-file tasks have their own check (`edits_files.check_reply`)."""
     task = task if isinstance(task, EditTask) else EditTask(**task)
     code = reply_code(task, reply)
     if code is None:

@@ -1017,6 +1017,11 @@ def check_change(task: FileEditTask, code: str) -> tuple[str, str]:
     return "", ""  # fix_bug: the behaviour check decides
 
 
+def is_file_task(task: object) -> bool:
+    """A whole-file task (or its dict, as the bench's prompts carry it), not a function's."""
+    return isinstance(task, FileEditTask) or (isinstance(task, dict) and "module" in task)
+
+
 def check_reply(task: FileEditTask | dict, reply: str, timeout: float = 10.0) -> EditCheck:
     """Whether a reply does the task: its first python code block parses, carries the change
     and behaves as the original file on every case (`run_check`)."""

@@ -22,7 +22,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
-from . import edits, memory, quality
+from . import edits, edits_files, memory, quality
 from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, server_stats
 from .peers import LlamaCppPeer
 from .prompts import BenchPrompt
@@ -272,7 +272,9 @@ class Runner:
                     rec.humaneval = dataclasses.asdict(res)
         tasks = {p.id: p.problem for p in prompts if p.kind in edits.PROMPT_KINDS}
         for rec in (r for r in records if r.prompt_id in tasks):  # checked after every timed run
-            check = edits.check_reply(tasks[rec.prompt_id], rec.text, self.config.humaneval_timeout)
+            task = tasks[rec.prompt_id]
+            checker = edits_files.check_reply if edits_files.is_file_task(task) else edits.check_reply
+            check = checker(task, rec.text, self.config.humaneval_timeout)
             if not check.passed and rec.stats.get("finish_reason") == "length":
                 check.why += " (the reply ran out of --max-tokens)"  # a budget too small for the code
             rec.edit = dataclasses.asdict(check)
