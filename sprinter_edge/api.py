@@ -304,6 +304,9 @@ class Engine:
             ctx.grammar = compile_constraint(params.constraint, target if target is not None else draft)
         request = self.text_model.detokenize(tokens) if isinstance(prompt, list) else prompt
         ctx.kind = ctx.stats.kind = request_kind(request)
+        if params.prediction:
+            ctx.prediction = self.text_model.tokenize(params.prediction, add_special=False, special=False)
+            ctx.kind = ctx.stats.kind = "edit"  # the reply is expected to copy: plan for a copy
         ctx.stats.exact = strategy.exact
         asked = point.is_set or verifier is not None
         ctx.approximate_ok = may_approximate(strategy, ctx.kind, asked)

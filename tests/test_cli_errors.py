@@ -163,3 +163,9 @@ def test_a_reader_that_stops_early_is_no_traceback() -> None:
     stderr = proc.stderr.read()
     proc.wait(timeout=120)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_missing_prediction_file(tmp_path: Path, fixture_target_path: Path) -> None:
+    r = run_cli("generate", "hi", "--method", "lookup", "--target", str(fixture_target_path),
+                "--prediction", str(tmp_path / "nope.py"))
+    assert_clean_error(r, 2, "cannot read --prediction")

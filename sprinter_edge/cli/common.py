@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
@@ -88,14 +89,28 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
     g.add_argument("--run-cap", type=int, default=20,
                    help="sprinter: longest run of tokens kept without the target (0 = no cap)")
     g.add_argument("--draft-len", type=int, default=4, help="sd: draft tokens per round")
+    g.add_argument("--prediction", metavar="FILE", default=None,
+                   help="text the reply is expected to repeat, e.g. the file being edited (OpenAI's "
+                        "Predicted Outputs): copied spans of it are proposed first; the output is "
+                        "unchanged, only faster where it matches")
+
+
+def read_text(path: str, what: str) -> str:
+    """A text file the user named, or one clear error."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read {what} {path}: {exc}") from None
 
 
 def sampling_from(args: argparse.Namespace) -> SamplingParams:
+    prediction = getattr(args, "prediction", None)
     return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
                           top_p=args.top_p, seed=args.seed, stop=tuple(args.stop),
                           presence_penalty=args.presence_penalty,
                           frequency_penalty=args.frequency_penalty,
-                          repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n)
+                          repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                          prediction=read_text(prediction, "--prediction") if prediction else None)
 
 
 def hardware_from(args: argparse.Namespace) -> Hardware:

@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
         if point.threshold is not None:
             print(f"[verifier] {point.verifier} at threshold {point.threshold:g} (a {point.domain} "
                   "request)", file=sys.stderr)
+        if s.prediction is not None:
+            print(f"[prediction] {s.prediction.accepted_prediction_tokens} predicted tokens used, "
+                  f"{s.prediction.rejected_prediction_tokens} not", file=sys.stderr)
         if trace.plan:
             print(f"[auto] ran {' -> '.join(trace.plans_run) or trace.plan} ({trace.plan_switches} "
                   f"switches): {trace.plan_reason}", file=sys.stderr)

@@ -51,6 +51,7 @@ class DecodeContext:
     costs: Costs | None = None  # this machine's decode costs (lookup prices its proposals)
     evidence: Evidence | None = None  # what earlier replies showed (kept by the engine's planner)
     kind: str = "chat"  # the request's kind (edit | code | chat)
+    prediction: list[int] = field(default_factory=list)  # the client's predicted output, tokenized
     approximate_ok: bool = False  # auto may run SPRINTER (the user chose an operating point)
     # the reply's constraint, in the state of the committed reply (the loop consumes each
     # round's tokens); proposers consume what they try and roll it back. None: free text

@@ -60,6 +60,9 @@ class SamplingParams:
     # the reply must match this (JSON schema, regex, grammar): every method then samples from
     # the target's distribution masked to the allowed tokens and renormalised (None: free text)
     constraint: Constraint | None = None
+    # OpenAI's Predicted Outputs: text the reply is expected to repeat (the file being edited);
+    # the copy proposers align with it first. Changes no token of the output.
+    prediction: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

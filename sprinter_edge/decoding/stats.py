@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
+from difflib import SequenceMatcher
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -128,6 +129,21 @@ class PointUsed:
 
 
 @dataclass
+class PredictionUsage:
+    """How much of a client's predicted output the reply used, as OpenAI's Predicted Outputs
+    count it: prediction tokens that appear in the completion (in order) and those that do not."""
+
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+    @classmethod
+    def of(cls, prediction: Sequence[int], completion: Sequence[int]) -> PredictionUsage:
+        matcher = SequenceMatcher(None, list(prediction), list(completion), autojunk=False)
+        used = sum(b.size for b in matcher.get_matching_blocks())
+        return cls(used, len(prediction) - used)
+
+
+@dataclass
 class Stats:
     method: str = ""
     kind: str | None = None  # edit | code | chat: auto keeps evidence per kind
@@ -138,6 +154,7 @@ class Stats:
     timings: Timings = field(default_factory=Timings)
     trace: PlanTrace = field(default_factory=PlanTrace)
     point: PointUsed = field(default_factory=PointUsed)
+    prediction: PredictionUsage | None = None  # when the client sent a predicted output
 
     @property
     def new_tokens(self) -> int:
@@ -187,7 +204,8 @@ class Stats:
         t = self.timings
         d = {"method": self.method, "kind": self.kind, "exact": self.exact,
              "prompt_tokens": self.prompt_tokens, "finish_reason": self.finish_reason,
-             **asdict(self.point), **asdict(self.counters), **asdict(self.trace), **asdict(t)}
+             **asdict(self.point), **asdict(self.counters), **asdict(self.trace), **asdict(t),
+             **(asdict(self.prediction) if self.prediction is not None else {})}
         d.update(
             guarantee=self.guarantee,
             tokens_per_second=round(self.tokens_per_second, 3),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..backend.llama import LlamaModel
 from .context import DecodeContext, TokenLogprob
-from .stats import Origin, Stats
+from .stats import Origin, PredictionUsage, Stats
 from .strategy import Strategy
 
 
@@ -211,6 +211,8 @@ class Generation:
                 steps.close()
             timings.total_seconds = busy + time.perf_counter() - t_resumed
             stats.finish_reason = finish
+            if ctx.prediction:
+                stats.prediction = PredictionUsage.of(ctx.prediction, token_ids)
             self.result = GenerationResult(
                 text=text, token_ids=token_ids, method=self.strategy.name, stats=stats,
                 finish_reason=finish, origins=origins,

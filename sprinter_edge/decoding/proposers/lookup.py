@@ -25,6 +25,7 @@ context, so every proposal stays a point mass and the p/q test keeps the output 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,36 +43,49 @@ MAX_PROPOSAL = 63  # a target call of at most 64 tokens (past 64 rows a row cost
 SPEC_FACTOR = 2  # propose at most this many tokens per matched token (SuffixDecoding's cap)
 CANDIDATES = 32  # most recent occurrences compared per lookup
 ANCHOR_WINDOW = 8  # after a departure the copy resumes within this many source tokens
+SEPARATOR = -1  # between a predicted output and the sequence in the index: no token id matches it
 
 
 class SuffixIndex:
-    """Where each n-gram of the sequence occurred (n = MIN_MATCH), grown as tokens commit."""
+    """Where each n-gram of the sequence occurred (n = MIN_MATCH), grown as tokens commit.
 
-    def __init__(self) -> None:
-        self.seq: list[int] = []
+    A `source` (the client's predicted output) is indexed before the sequence, behind a
+    separator no match crosses, and is the first place a match is looked for."""
+
+    def __init__(self, source: Sequence[int] = ()) -> None:
+        self.seq: list[int] = [*source, SEPARATOR] if source else []
+        self.offset = len(self.seq)  # where the committed sequence starts in `seq`
         self.where: dict[tuple[int, ...], list[int]] = {}
+        self._index(0)
 
-    def extend(self, seq: list[int]) -> None:
-        """Index the tokens of `seq` past what is indexed (`seq` only grows within a reply)."""
-        start = len(self.seq)
-        if seq[:start] != self.seq:  # a different sequence: start again
-            self.seq, self.where, start = [], {}, 0
-        self.seq.extend(seq[start:])
+    def _index(self, start: int) -> None:
         s, n = self.seq, MIN_MATCH
         for end in range(max(n, start), len(s) + 1):
             self.where.setdefault(tuple(s[end - n:end]), []).append(end)
 
+    def extend(self, seq: list[int]) -> None:
+        """Index the tokens of `seq` past what is indexed (`seq` only grows within a reply)."""
+        start = len(self.seq) - self.offset
+        if seq[:start] != self.seq[self.offset:]:  # a different sequence: start again
+            del self.seq[self.offset:]
+            self.where, start = {}, 0
+            self._index(0)
+        self.seq.extend(seq[start:])
+        self._index(self.offset + start)
+
     def match(self) -> tuple[int, int]:
         """(length, end) of the longest earlier match of the sequence's suffix; (0, 0) if none.
-        `end` is where the match ends: what followed it starts there."""
+        `end` is where the match ends: what followed it starts there. The source's occurrences
+        are compared first (they win a tie), then the most recent CANDIDATES of the rest."""
         s = self.seq
-        if len(s) <= MIN_MATCH:
+        if len(s) - self.offset <= MIN_MATCH:
             return 0, 0
         ends = self.where.get(tuple(s[-MIN_MATCH:]))
         if not ends:
             return 0, 0
+        source = [e for e in ends[:CANDIDATES] if e < self.offset]
         best_len, best_end = 0, 0
-        for end in reversed(ends[-CANDIDATES - 1:]):
+        for end in [*source, *reversed(ends[-CANDIDATES - 1:])]:
             if end >= len(s):  # the suffix itself
                 continue
             m = MIN_MATCH
@@ -117,7 +131,7 @@ class PromptLookup(Proposer):
         self._source: int | None = None  # where the last copy stood in the source
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
-        self.index = SuffixIndex()
+        self.index = SuffixIndex(ctx.prediction)
         self.index.extend(prompt)
         self._source = None
 
@@ -131,6 +145,8 @@ class PromptLookup(Proposer):
         if not match:
             return Proposal()
         follow = self.index.seq[end:end + min(MAX_PROPOSAL, SPEC_FACTOR * match, max(ctx.remaining - 1, 0))]
+        if SEPARATOR in follow:  # a copy from the predicted output ends where it ends
+            follow = follow[:follow.index(SEPARATOR)]
         if not follow:
             return Proposal()
         self._bucket, self._end = b, end

@@ -1,0 +1,52 @@
+"""OpenAI Predicted Outputs: the client's expected text is the copy proposers' first source,
+the output stays the target's, and the usage counts what the reply used."""
+
+from __future__ import annotations
+
+from sprinter_edge import Engine, SamplingParams
+from sprinter_edge.decoding.proposers.lookup import SEPARATOR, SuffixIndex
+from sprinter_edge.decoding.stats import PredictionUsage
+
+PROMPT = "List the first twelve prime numbers, one per line, with a short note on each."
+
+
+def test_the_index_matches_the_source_first_and_never_across_it() -> None:
+    index = SuffixIndex([5, 6, 7, 8, 9])
+    index.extend([1, 2, 5, 6, 7])
+    length, end = index.match()
+    assert (length, index.seq[end]) == (3, 8)  # what followed 5 6 7 in the prediction
+    assert index.seq[index.offset - 1] == SEPARATOR
+    index.extend([3, 3, 3])  # another sequence: the source stays, the rest is indexed anew
+    assert index.seq[:index.offset] == [5, 6, 7, 8, 9, SEPARATOR] and index.seq[index.offset:] == [3, 3, 3]
+
+
+def test_usage_counts_prediction_tokens_used_in_order() -> None:
+    assert PredictionUsage.of([1, 2, 3, 4], [1, 2, 9, 4]) == PredictionUsage(3, 1)
+    assert PredictionUsage.of([1, 2], []) == PredictionUsage(0, 2)
+
+
+def test_a_prediction_is_copied_and_the_output_is_the_targets(fixture_engine: Engine) -> None:
+    params = SamplingParams(max_tokens=64)
+    ar = fixture_engine.generate(PROMPT, params, method="ar")
+    plain = fixture_engine.generate(PROMPT, params, method="lookup")
+    predicted = fixture_engine.generate(
+        PROMPT, SamplingParams(max_tokens=64, prediction=ar.text), method="lookup")
+    # exact: the same tokens as ar with or without the prediction
+    assert plain.token_ids == ar.token_ids and predicted.token_ids == ar.token_ids
+    c = predicted.stats.counters
+    assert c.lookup_accepted > plain.stats.counters.lookup_accepted
+    assert c.target_calls < plain.stats.counters.target_calls  # copied, not decoded one by one
+    usage = predicted.stats.prediction
+    assert usage is not None and usage.accepted_prediction_tokens >= 0.9 * len(ar.token_ids)
+    assert predicted.stats.to_dict()["accepted_prediction_tokens"] == usage.accepted_prediction_tokens
+    assert plain.stats.prediction is None and "accepted_prediction_tokens" not in plain.stats.to_dict()
+
+
+def test_a_wrong_prediction_costs_no_token(fixture_engine: Engine) -> None:
+    params = SamplingParams(max_tokens=32)
+    ar = fixture_engine.generate(PROMPT, params, method="ar")
+    wrong = fixture_engine.generate(
+        PROMPT, SamplingParams(max_tokens=32, prediction="def f(x):\n    return x * 2\n" * 8),
+        method="lookup")
+    assert wrong.token_ids == ar.token_ids
+    assert wrong.stats.prediction is not None and wrong.stats.prediction.rejected_prediction_tokens > 0
