@@ -7,13 +7,15 @@ c(n, 1) and c(n, n) for n in 1..32; c(n, r) is linear in r between them.
 
 Predicted seconds of a generation = draft_calls * d(1, 1) + target_calls * t(n_avg, r_avg)
 + the verifier time measured, with n_avg = target_tokens / target_calls and r_avg the logits
-rows its calls returned on average (counted, whatever plans `auto` ran). The same counters
+rows its calls returned on average (counted, whatever plans `auto` ran), each cost taken at
+the reply's mean depth of context (prompt + half the reply). The same counters
 priced with a flat cost (a batch costs one token, as on a GPU or Apple Silicon) give the
 speed-up on such a machine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..costs.pricing import flat_table
@@ -32,18 +34,23 @@ class CostModel:
         """Decode seconds the counters imply (flat: every call costs a one-token step)."""
         c = stats.counters
         seconds = stats.timings.verifier_seconds
-        target = flat_table(self.target) if flat else self.target
+        depth = stats.prompt_tokens + c.new_tokens // 2  # the reply's mean depth of context
+        target = flat_table(self.target) if flat else self.target.at(depth)
+        draft = self.draft.at(depth) if self.draft is not None else None
         if c.target_calls:
             n_avg = c.target_tokens / c.target_calls
             rows = c.target_rows / c.target_calls if c.target_rows else 1.0
             seconds += c.target_calls * target.cost(n_avg, rows) / 1e3
-        if c.draft_calls and self.draft is not None:
-            seconds += c.draft_calls * self.draft.cost(1) / 1e3
+        if c.draft_calls and draft is not None:
+            seconds += c.draft_calls * draft.cost(1) / 1e3
         return seconds
 
-    def predict_tps(self, stats: Stats, *, flat: bool = False) -> float:
-        s = self.predict_seconds(stats, flat=flat)
-        return stats.new_tokens / s if s > 0 and stats.new_tokens else 0.0
+    def predict_tps(self, stats: Stats | Sequence[Stats], *, flat: bool = False) -> float:
+        """Predicted tokens/s of one reply, or of several (each priced at its own depth)."""
+        items = [stats] if isinstance(stats, Stats) else list(stats)
+        s = sum(self.predict_seconds(st, flat=flat) for st in items)
+        n = sum(st.new_tokens for st in items)
+        return n / s if s > 0 and n else 0.0
 
     def ar_tps(self) -> float:
         return 1e3 / self.target.cost(1)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..api import Engine
 from ..backend import llama_tools, native
-from ..costs.table import cpu_name
+from ..costs.table import cpu_name, machine_costs
 from ..errors import SprinterError
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
@@ -197,6 +197,10 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
         draft = (costmodel.measure(engine.draft, config.cost_sizes, config.cost_repeats)
                  if engine.draft_path is not None else None)
         target = costmodel.measure(engine.target, config.cost_sizes, config.cost_repeats)
+        # how calls grow with the context: the machine's cached depth ratios (measured once)
+        for table, model in ((target, engine.target), (draft, engine.draft if draft else None)):
+            if table is not None and model is not None:
+                table.deep = machine_costs(model).deep
         cost = costmodel.CostModel(target, draft)
     cfg = runner.RunConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed,
                            warmup=config.warmup, rescore=config.rescore,

@@ -100,8 +100,8 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
                             "verifier": t.verifier_seconds / d, "overhead": t.overhead_seconds / d},
             )
             if cost is not None:
-                row["predicted_tps"] = cost.predict_tps(st)
-                row["predicted_ratio_flat"] = cost.predict_tps(st, flat=True) / cost.ar_tps()
+                row["predicted_tps"] = cost.predict_tps(stats)
+                row["predicted_ratio_flat"] = cost.predict_tps(stats, flat=True) / cost.ar_tps()
         for check in TASK_CHECKS:
             done = [d for r in recs if (d := check.result(r)) is not None]
             row[check.rate] = sum(d["passed"] for d in done) / len(done) if done else None
