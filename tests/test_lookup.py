@@ -16,7 +16,7 @@ from test_exactness import ALPHA, PROMPTS, _cell, _chisquare_pvalue, _exact_join
 from sprinter_edge import Engine, SamplingParams
 from sprinter_edge.costs import CopyEvidence
 from sprinter_edge.costs.table import CostTable
-from sprinter_edge.decoding.proposers.lookup import (
+from sprinter_edge.decoding.proposers.prompt_lookup import (
     SuffixIndex,
     best_length,
     bucket_of,

@@ -4,7 +4,7 @@ the output stays the target's, and the usage counts what the reply used."""
 from __future__ import annotations
 
 from sprinter_edge import Engine, SamplingParams
-from sprinter_edge.decoding.proposers.lookup import SEPARATOR, SuffixIndex
+from sprinter_edge.decoding.proposers.prompt_lookup import SEPARATOR, SuffixIndex
 from sprinter_edge.decoding.stats import PredictionUsage
 
 PROMPT = "List the first twelve prime numbers, one per line, with a short note on each."

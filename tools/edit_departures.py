@@ -20,7 +20,7 @@ import numpy as np
 from edit_replies import parser, setup
 
 from sprinter_edge import Engine
-from sprinter_edge.decoding.proposers.lookup import SuffixIndex
+from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex
 from sprinter_edge.numerics import confidence
 from sprinter_edge.verifiers.base import DraftFeatures
 from sprinter_edge.verifiers.calibration import PRESETS

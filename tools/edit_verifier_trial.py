@@ -31,7 +31,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sprinter_edge import Engine
-from sprinter_edge.decoding.proposers.lookup import SuffixIndex
+from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex
 from sprinter_edge.numerics import confidence
 from sprinter_edge.verifiers.base import DraftFeatures
 from sprinter_edge.verifiers.calibration import PRESETS

@@ -4,7 +4,7 @@ machine's measured batch costs: how a lookup policy would do, in seconds, withou
 Under greedy decoding the reply is fixed (it is `ar`'s), so a proposal's accepted length is
 its common prefix with what the target wrote next; each round costs one target call of
 k + 1 rows (k proposed) from the cost table `doctor` measured, a round without a proposal one
-plain step. The proposer is the loop's own class (decoding/proposers/lookup.py), fed the same
+plain step. The proposer is the loop's own class (decoding/proposers/prompt_lookup.py), fed the same
 sequences the loop feeds it, its evidence kept across the replies as `auto` keeps it. Policy
 variants are the proposer's own options. It predicts time spent in target calls only (the
 bench's `time_split` puts 99.7% of lookup's decode there). It also prints the copy bound: the
@@ -22,8 +22,8 @@ from sprinter_edge.backend.llama import common_prefix
 from sprinter_edge.costs import evidence
 from sprinter_edge.costs.table import CostTable, machine_costs
 from sprinter_edge.decoding import DecodeContext, Stats
-from sprinter_edge.decoding.proposers import lookup
-from sprinter_edge.decoding.proposers.lookup import PromptLookup
+from sprinter_edge.decoding.proposers import prompt_lookup as lookup
+from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 from sprinter_edge.planning.planner import Planner
 

@@ -67,14 +67,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", type=Path, default=Path("verifier-study.json"),
                    help="report JSON (default: %(default)s); a .md twin is written beside it")
     s.add_argument("--candidates", default=None,
-                   help="comma-separated candidate names (default: all; see training/study.py)")
+                   help="comma-separated candidate names (default: all; see training/study/candidates.py)")
     s.add_argument("--boot", type=int, default=1000, help="bootstrap resamples (default: %(default)s)")
     s.add_argument("--split-seed", type=int, default=0, help="seed of the split by group")
     s.add_argument("--run-cap", type=int, default=16, help="run cap replayed (default: %(default)s)")
     s.add_argument("--costs", choices=("machine", "reference"), default="machine",
                    help="target cost per catch-up: this machine's measured table for the pair's "
                         "target (cached; loads the target once) or the reference table in "
-                        "training/study.py (default: %(default)s)")
+                        "training/study/replay.py (default: %(default)s)")
     s.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                    help="skip the remaining candidates after this many minutes")
     s.add_argument("--ship", default=None, metavar="CANDIDATE",

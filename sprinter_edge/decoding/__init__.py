@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .ar import Autoregressive
 from .context import DecodeContext, Step, TokenLogprob
-from .draft import DraftOnly
+from .draft_only import DraftOnly
 from .guarded import Guarded
 from .lookup import Lookup
 from .sampling import Sampler, SamplingParams

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .context import DecodeContext
 from .loop import LoopStrategy
 from .proposers.base import Proposer
-from .proposers.lookup import PromptLookup
+from .proposers.prompt_lookup import PromptLookup
 from .strategy import Plan, PriceInputs
 
 # Before it has run, x ar's speed: a plain step plus proposals that pass their own cost test, so

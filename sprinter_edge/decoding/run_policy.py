@@ -7,9 +7,8 @@ last one then go to the target in one call, and the next run starts at 0.
 
 Everything that needs the policy walks this class: the decoder (proposers/draft.py
 `VerifierRun`, which the on-policy collector runs as it is), the verifier study's replay over
-collected trajectories (training/study.py), the oracle run positions of the off-policy
-collector (training/collect.py) and the planner's price of a SPRINTER round
-(planning/planner.py).
+collected trajectories (training/study/replay.py), the oracle run positions of the off-policy
+collector (training/collect.py) and the price of a SPRINTER round (decoding/sprinter.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from .base import NoProposal, Proposal, Proposer
 from .draft import DraftProposer, FixedLength, MinProb, VerifierRun
-from .lookup import PromptLookup
+from .prompt_lookup import PromptLookup
 
 __all__ = ["DraftProposer", "FixedLength", "MinProb", "NoProposal", "PromptLookup", "Proposal",
            "Proposer", "VerifierRun"]

@@ -24,7 +24,7 @@ from ...verifiers.base import DraftFeatures, Verifier
 from ..run_policy import RunPolicy, Verdict
 from ..sampling import masked
 from .base import Prepared, Proposal, Proposer
-from .lookup import SuffixIndex
+from .prompt_lookup import SuffixIndex
 
 if TYPE_CHECKING:
     from ...backend.llama import DecodeOutput
