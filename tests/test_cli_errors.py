@@ -169,3 +169,68 @@ def test_missing_prediction_file(tmp_path: Path, fixture_target_path: Path) -> N
     r = run_cli("generate", "hi", "--method", "lookup", "--target", str(fixture_target_path),
                 "--prediction", str(tmp_path / "nope.py"))
     assert_clean_error(r, 2, "cannot read --prediction")
+
+
+# ---------------------------------------------------------------------------- structured output
+
+
+@pytest.mark.parametrize("flag, value, text", [
+    ("--json-schema", '{"type": "nonsense"}', "--json-schema: invalid JSON schema: Invalid type"),
+    ("--json-schema", "{not json", "--json-schema: the JSON schema is not JSON"),
+    ("--json-schema", "no-such-schema.json", "no such file, and not inline JSON"),
+])
+def test_bad_constraint_flag(flag: str, value: str, text: str, tmp_path: Path) -> None:
+    # refused before any model loads (the target does not even exist)
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(tmp_path / "nope.gguf"), flag, value)
+    assert_clean_error(r, 2, text)
+
+
+def test_bad_regex_is_one_line(tmp_path: Path) -> None:
+    """The regex engine's own reason says "error:" itself: one line still, exit 2."""
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(tmp_path / "nope.gguf"),
+                "--regex", "(?<=a)b")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sprinter-edge: error: --regex: invalid regex")
+    assert "look-around" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_bad_grammar_file(tmp_path: Path) -> None:
+    grammar = tmp_path / "g.gbnf"
+    grammar.write_text('root ::= "a" foo\n')
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(tmp_path / "nope.gguf"),
+                "--grammar", str(grammar))
+    assert_clean_error(r, 2, "--grammar: invalid GBNF grammar: Rule 'foo' not found")
+    grammar.write_text("just words\n")
+    r = run_cli("generate", "hi", "--method", "ar", "--target", str(tmp_path / "nope.gguf"),
+                "--grammar", str(grammar))
+    assert_clean_error(r, 2, "cannot tell the grammar's syntax")
+    r = run_cli("generate", "hi", "--grammar", str(grammar), "--regex", "a")
+    assert_clean_error(r, 2, "not allowed with argument")
+
+
+def test_help_explains_constraint_flags() -> None:
+    r = run_cli("generate", "--help")
+    assert r.returncode == 0
+    for flag in ("--json-schema", "--grammar", "--regex", "--prediction"):
+        assert flag in r.stdout
+
+
+def test_generate_json_schema(fixture_target_path: Path, tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                               "colour": {"enum": ["red", "blue"]}},
+              "required": ["ok", "colour"], "additionalProperties": False}
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(schema))
+    for value in (str(path), json.dumps(schema)):  # a file, or inline JSON
+        r = run_cli("generate", "Is the sky blue? Answer in JSON.", "--method", "ar", "--max-tokens", "40",
+                    "--target", str(fixture_target_path), "--json-schema", value, "--json")
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["finish_reason"] == "stop", out
+        reply = json.loads(out["text"])
+        assert isinstance(reply["ok"], bool) and reply["colour"] in ("red", "blue")
+    r = run_cli("generate", "Is the sky blue?", "--method", "ar", "--max-tokens", "8",
+                "--target", str(fixture_target_path), "--regex", "(yes|no)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() in ("yes", "no")

@@ -299,8 +299,9 @@ def test_penalties_pass_through(client) -> None:
 
 @pytest.mark.parametrize("extra, fragment", [
     ({"tools": [{"type": "code_interpreter"}]}, "tools.0"),
-    ({"tools": [{**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "strict": True}}]},
-     "strict function schemas are not supported"),
+    ({"tools": [{**WEATHER_TOOL, "function": {**WEATHER_TOOL["function"], "strict": True,
+                                              "parameters": {"type": "nonsense"}}}]},
+     "Invalid type: nonsense"),
     ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
      "not in tools"),
     ({"tool_choice": "required"}, "tool_choice needs tools"),

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
 from ..decoding import SamplingParams
-from ..errors import SettingsError
+from ..errors import GrammarError, SettingsError
+from ..grammar import Constraint
 from ..methods import METHODS
 from ..verifiers.calibration import PRESETS
 
@@ -93,6 +94,17 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
                    help="text the reply is expected to repeat, e.g. the file being edited (OpenAI's "
                         "Predicted Outputs): copied spans of it are proposed first; the output is "
                         "unchanged, only faster where it matches")
+    shape = g.add_mutually_exclusive_group()
+    shape.add_argument("--json-schema", metavar="FILE|JSON", default=None,
+                       help="constrain the reply to JSON valid under this schema: a path to a "
+                            ".json file, or the schema as inline JSON text; keywords the grammar "
+                            "engine does not implement are an error. Exact under every method")
+    shape.add_argument("--grammar", metavar="FILE", default=None,
+                       help="constrain the reply to a grammar file: llama.cpp GBNF (`root ::= ...`) "
+                            "or llguidance Lark (`start: ...`), told apart by those rules")
+    shape.add_argument("--regex", metavar="PATTERN", default=None,
+                       help="constrain the whole reply to match PATTERN (Rust regex syntax, no "
+                            "look-arounds)")
 
 
 def read_text(path: str, what: str) -> str:
@@ -103,6 +115,33 @@ def read_text(path: str, what: str) -> str:
         raise SettingsError(f"cannot read {what} {path}: {exc}") from None
 
 
+def json_schema_text(value: str) -> str:
+    """--json-schema's schema text: the file it names, else the value itself when it is JSON
+    (a schema is an object or a boolean), else one error saying neither worked."""
+    if Path(value).is_file():
+        return read_text(value, "--json-schema")
+    if value.lstrip().startswith("{") or value.strip() in ("true", "false"):
+        return value
+    raise SettingsError(f"--json-schema {value}: no such file, and not inline JSON")
+
+
+def constraint_from(args: argparse.Namespace) -> Constraint | None:
+    """The --json-schema / --grammar / --regex constraint (a bad one is a GrammarError: exit 2,
+    before any model loads)."""
+    schema, grammar, regex = (getattr(args, name, None) for name in ("json_schema", "grammar", "regex"))
+    try:
+        if schema is not None:
+            return Constraint.json_schema(json_schema_text(schema))
+        if grammar is not None:
+            return Constraint.grammar(read_text(grammar, "--grammar"))
+        if regex is not None:
+            return Constraint.regex(regex)
+    except GrammarError as exc:
+        flag = "--json-schema" if schema is not None else "--grammar" if grammar is not None else "--regex"
+        raise GrammarError(f"{flag}: {exc}") from None
+    return None
+
+
 def sampling_from(args: argparse.Namespace) -> SamplingParams:
     prediction = getattr(args, "prediction", None)
     return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -110,6 +149,7 @@ def sampling_from(args: argparse.Namespace) -> SamplingParams:
                           presence_penalty=args.presence_penalty,
                           frequency_penalty=args.frequency_penalty,
                           repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                          constraint=constraint_from(args),
                           prediction=read_text(prediction, "--prediction") if prediction else None)
 
 

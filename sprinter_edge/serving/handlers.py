@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import Engine
 from ..decoding import SamplingParams
+from ..errors import GrammarError
+from ..grammar import Constraint
 from ..prompting import prompt_tokens, render_chat
 from .jobs import collect, stream_response, submit, wait_started
 from .responses import (
@@ -29,12 +31,11 @@ from .responses import (
     text_completion,
     validation_message,
 )
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from .tools import (
     CLOSE,
     ToolCallError,
     ToolStream,
-    forced_prefix,
     needs_tool_rendering,
     parse_reply,
     render_messages,
@@ -115,10 +116,11 @@ class ChatPlan:
 
     mode: str  # "off" | "auto" | "forced"
     prompt: list[dict[str, Any]] | PromptBuilder
-    prefix: str = ""  # what the prompt already wrote of the reply (a forced call's opening)
     forced: list[str] | None = None  # the names a forced call may take
     bare_names: list[str] = field(default_factory=list)  # a bare JSON call of these counts too
     one_call: bool = False  # stop at the first call's end
+    # a forced call: the reply's whole text, `<tool_call>` included, is the grammar's
+    constraint: Constraint | None = None
 
     @property
     def tools(self) -> bool:
@@ -127,27 +129,52 @@ class ChatPlan:
     def tool_stream(self) -> ToolStream | None:
         if not self.tools:
             return None
-        return ToolStream(forced=self.forced, prefix=self.prefix, names=self.bare_names)
+        return ToolStream(forced=self.forced, names=self.bare_names)
+
+
+def tool_constraint(req: ChatCompletionRequest, mode: str) -> Constraint | None:
+    """Checks every strict tool's schema (a 400 naming the tool if it does not compile) and,
+    when tool_choice forces a call, the grammar of the reply: one `<tool_call>` block of the
+    named function or of any tool, its arguments constrained to a strict tool's schema."""
+    specs = [t.spec() for t in req.tools or ()] if mode != "off" else []
+    for i, spec in enumerate(specs):
+        if spec["function"].get("strict"):
+            try:
+                Constraint.tool_arguments(spec)
+            except GrammarError as exc:
+                raise ApiError(400, f"tools[{i}] ({spec['function']['name']}): {exc}",
+                               param=f"tools[{i}].function.parameters") from None
+    if mode != "forced":
+        return None
+    choice = req.tool_choice
+    wanted = choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
+    try:
+        # one call: generation stops at its </tool_call> either way (ChatPlan.one_call)
+        return Constraint.from_tool_choice(specs, wanted, parallel=False)
+    except GrammarError as exc:
+        raise ApiError(400, f"tool_choice: {exc}", param="tool_choice") from None
 
 
 def plan_chat(req: ChatCompletionRequest) -> ChatPlan:
     """The request's tool mode and prompt: plain messages for the engine's own chat rendering,
-    or, with tools or tool turns, a prompt the worker renders with the model's template."""
+    or, with tools or tool turns, a prompt the worker renders with the model's template. A
+    forced call is constrained by its grammar from the reply's first byte, so the prompt ends
+    where the template leaves the assistant's turn open (no call text is written for it)."""
     messages = [m.to_dict() for m in req.messages]
     mode, names = req.tool_mode()
-    prefix = forced_prefix(names[0] if len(names) == 1 else None) if mode == "forced" else ""
-    plan = ChatPlan(mode=mode, prompt=messages, prefix=prefix,
+    plan = ChatPlan(mode=mode, prompt=messages,
                     forced=names if mode == "forced" else None,
                     bare_names=names if mode == "auto" else [],
                     # one call: the forced one, or the first when parallel calls are off
-                    one_call=mode == "forced" or (mode == "auto" and req.parallel_tool_calls is False))
+                    one_call=mode == "forced" or (mode == "auto" and req.parallel_tool_calls is False),
+                    constraint=tool_constraint(req, mode))
     if plan.tools or needs_tool_rendering(messages):
         tools = [t.to_dict() for t in req.tools or ()] if plan.tools else None
 
         def build(engine: Engine) -> list[int]:  # runs on the worker thread
             model = engine.text_model
             msgs, template_tools = render_messages(messages, tools, template_support(model.chat_template))
-            text = render_chat(model, msgs, tools=template_tools) + prefix
+            text = render_chat(model, msgs, tools=template_tools)
             return prompt_tokens(model, text, chat_rendered=True)
 
         plan.prompt = build
@@ -159,7 +186,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     s = state_of(request)
     plan = plan_chat(body)
     job = submit(s.worker, s.defaults, body, plan.prompt, chat=True, logprobs=body.logprobs_k(),
-                 extra_stops=(CLOSE,) if plan.one_call else ())
+                 extra_stops=(CLOSE,) if plan.one_call else (), tool_constraint=plan.constraint)
     await wait_started(job)
     base = envelope("chatcmpl", "chat.completion.chunk" if body.stream else "chat.completion",
                     s.model_id)
@@ -170,8 +197,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     if not plan.tools:
         return chat_completion(base, result, job.pieces)
     try:
-        parsed = parse_reply(result.text, forced=plan.forced, prefix=plan.prefix,
-                             names=plan.bare_names)
+        parsed = parse_reply(result.text, forced=plan.forced, names=plan.bare_names,
+                             cut=result.finish_reason == "length")
     except ToolCallError as exc:
         raise generation_failed(exc) from None
     return chat_completion(base, result, job.pieces, content=parsed.content, calls=parsed.calls)

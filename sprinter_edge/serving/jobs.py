@@ -12,7 +12,8 @@ from typing import Any, Protocol
 from fastapi.responses import StreamingResponse
 
 from ..decoding import Chunk, GenerationResult, SamplingParams
-from ..errors import ContextOverflowError, SprinterError
+from ..errors import ContextOverflowError, GrammarError, SprinterError
+from ..grammar import Constraint
 from ..verifiers.operating_point import OperatingPoint
 from .responses import (
     DONE,
@@ -36,16 +37,52 @@ class ChunkShaper(Protocol):
     def on_done(self, result: GenerationResult) -> list[Choice]: ...
 
 
+CONSTRAINT_FIELDS = ("response_format", "json_schema", "grammar")
+
+
+def body_constraint(req: ChatCompletionRequest | CompletionRequest) -> Constraint | None:
+    """The constraint the request's `response_format`, `json_schema` (llama.cpp's: keywords
+    the grammar engine lacks are ignored, as with OpenAI's non-strict schemas) or `grammar`
+    (GBNF, or Lark) asks for; None for free text. A bad one is a 400 naming its field, sent
+    before the request is queued."""
+    sent = [name for name in CONSTRAINT_FIELDS if getattr(req, name) is not None]
+    if len(sent) > 1:
+        raise ApiError(400, f"send one of response_format, json_schema and grammar, not "
+                            f"{' and '.join(sent)}", param=sent[1])
+    if not sent:
+        return None
+    name = sent[0]
+    try:
+        if name == "response_format":
+            return Constraint.from_response_format(req.response_format)
+        if name == "json_schema":
+            return Constraint.json_schema(req.json_schema or {}, strict=False)
+        return Constraint.grammar(req.grammar or "")
+    except GrammarError as exc:
+        raise ApiError(400, f"{name}: {exc}", param=name) from None
+
+
 def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: SamplingParams, *,
-                   logprobs: int | None = None, extra_stops: Sequence[str] = ()
+                   logprobs: int | None = None, extra_stops: Sequence[str] = (),
+                   tool_constraint: Constraint | None = None
                    ) -> tuple[SamplingParams, OperatingPoint | None]:
     """The request's sampling settings (the defaults where it leaves a field out) and its
-    operating point; a setting the engine refuses is a 400."""
+    operating point; a setting the engine refuses is a 400. `tool_constraint`: the reply is a
+    forced tool call, which a response_format cannot also shape."""
+    constraint = body_constraint(req)
+    if tool_constraint is not None:
+        if constraint is not None:
+            field = next(name for name in CONSTRAINT_FIELDS if getattr(req, name) is not None)
+            raise ApiError(400, f"{field} cannot be combined with a tool_choice that forces a "
+                                "call: the reply is the call", param=field)
+        constraint = tool_constraint
     fields = {"max_tokens": req.token_limit(), "temperature": req.temperature,
               "top_p": req.top_p, "top_k": req.top_k, "seed": req.seed,
               "presence_penalty": req.presence_penalty,
               "frequency_penalty": req.frequency_penalty,
-              "repeat_penalty": req.repeat_penalty, "repeat_last_n": req.repeat_last_n}
+              "repeat_penalty": req.repeat_penalty, "repeat_last_n": req.repeat_last_n,
+              "constraint": constraint,
+              "prediction": req.prediction.text() if req.prediction is not None else None}
     try:
         params = defaults.replace(stop=(*req.stops(), *extra_stops), logprobs=logprobs,
                                   **{k: v for k, v in fields.items() if v is not None})
@@ -57,9 +94,11 @@ def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: Sam
 
 def submit(worker: EngineWorker, defaults: SamplingParams,
            req: ChatCompletionRequest | CompletionRequest, prompt: Any, *, chat: bool,
-           logprobs: int | None = None, extra_stops: Sequence[str] = ()) -> Job:
+           logprobs: int | None = None, extra_stops: Sequence[str] = (),
+           tool_constraint: Constraint | None = None) -> Job:
     """Queue the request on the worker."""
-    params, point = request_params(req, defaults, logprobs=logprobs, extra_stops=extra_stops)
+    params, point = request_params(req, defaults, logprobs=logprobs, extra_stops=extra_stops,
+                                   tool_constraint=tool_constraint)
     return worker.submit(prompt, params=params, chat=chat, method=req.method, operating_point=point)
 
 

@@ -80,9 +80,17 @@ def models_list(model_id: str, created: int) -> dict[str, Any]:
         {"id": model_id, "object": "model", "created": created, "owned_by": "sprinter-edge"}]}
 
 
-def usage(result: GenerationResult) -> dict[str, int]:
+def usage(result: GenerationResult) -> dict[str, Any]:
+    """OpenAI's usage; with a prediction, `completion_tokens_details` counts its tokens found
+    in the reply (accepted) and the rest (rejected), as OpenAI's Predicted Outputs do."""
     prompt, completion = result.stats.prompt_tokens, len(result.token_ids)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion}
+    if result.stats.prediction is not None:
+        out["completion_tokens_details"] = {
+            "accepted_prediction_tokens": result.stats.prediction.accepted_prediction_tokens,
+            "rejected_prediction_tokens": result.stats.prediction.rejected_prediction_tokens}
+    return out
 
 
 def result_extra(result: GenerationResult) -> dict[str, Any]:
@@ -224,7 +232,7 @@ class ChatChunks:
         """The last deltas and the finishing choice (may raise ToolCallError)."""
         if self.tools is None:
             return [self._choice({}, FINISH[result.finish_reason])]
-        out = self._deltas(self.tools.finish())
+        out = self._deltas(self.tools.finish(cut=result.finish_reason == "length"))
         return [*out, self._choice({}, finish_reason(result, tool_calls=bool(self.tools.calls)))]
 
     def _choice(self, delta: dict[str, Any], finish: str | None = None) -> Choice:

@@ -2,8 +2,10 @@
 
 The standard OpenAI fields that sprinter-edge cannot honour are accepted only at their
 neutral values, so a client that sends them explicitly still works; `method`, `threshold`,
-`top_k`, `repeat_penalty` and `repeat_last_n` are extensions (the last three named as in
-llama.cpp's server); `model` may be any name. docs/server.md lists every field."""
+`top_k`, `repeat_penalty`, `repeat_last_n`, `json_schema` and `grammar` are extensions (all but
+the first two named as in llama.cpp's server); `model` may be any name. The structured-output
+fields are kept as sent here and compiled by jobs.request_params, where a bad one is a 400
+naming its field. docs/server.md lists every field."""
 
 from __future__ import annotations
 
@@ -75,15 +77,7 @@ class FunctionDef(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-    @field_validator("strict")
-    @classmethod
-    def _not_strict(cls, value: bool | None) -> bool | None:
-        if value:
-            raise ValueError("strict function schemas are not supported: the server does not "
-                             "constrain decoding to a schema (send strict: false or leave it out)")
-        return value
+    strict: bool | None = None  # true: a call's arguments are constrained to `parameters`
 
 
 class Tool(_Strict):
@@ -91,7 +85,12 @@ class Tool(_Strict):
     function: FunctionDef
 
     def to_dict(self) -> dict[str, Any]:
+        """The tool as the chat template shows it to the model (`strict` is the server's)."""
         return self.model_dump(exclude_none=True, exclude={"function": {"strict"}})
+
+    def spec(self) -> dict[str, Any]:
+        """The whole tool, `strict` included, as grammar.Constraint reads it."""
+        return self.model_dump(exclude_none=True)
 
 
 class NamedFunction(_Strict):
@@ -105,6 +104,16 @@ class NamedToolChoice(_Strict):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+
+
+class Prediction(_Strict):
+    """OpenAI's Predicted Outputs: text the reply is expected to repeat."""
+
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
 class _GenerationFields(_Strict):
@@ -124,6 +133,11 @@ class _GenerationFields(_Strict):
     # llama.cpp server names
     repeat_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     repeat_last_n: int | None = Field(default=None, ge=-1)
+    # structured output: OpenAI's response_format, llama.cpp's json_schema and grammar (GBNF)
+    response_format: dict[str, Any] | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
+    prediction: Prediction | None = None
     # sprinter-edge extensions
     method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)

@@ -22,9 +22,11 @@ Small models do not always write the tags: Qwen2.5-Coder-1.5B often answers a ca
 object naming one of the request's tools is taken as a call too (llama.cpp's Hermes parser
 accepts the same); one naming anything else is content.
 
-A named `tool_choice` forces the call: the assistant's reply is started with the block's
-opening and the function's name (`forced_prefix`), and the model writes the arguments.
-`required` with one tool is the same; with several the reply is started up to the name.
+A named `tool_choice` forces the call, and `required` one call of any tool: the server
+constrains the whole reply to a `<tool_call>` block (grammar.Constraint.from_tool_choice), whose
+fixed text, up to the name when only one can follow, the grammar forces without asking the
+model; a strict tool's arguments follow its schema. `forced_prefix` is that opening as text, for
+a reply started by hand.
 """
 
 from __future__ import annotations
@@ -300,6 +302,7 @@ class ToolStream:
         # at the reply's start, with names and nothing forced: could it be a bare call?
         self._lead: bool | None = None if self.names and self.forced is None and not prefix else False
         self._pending_space = ""  # whitespace after a call: dropped unless more text follows
+        self._cut = False  # the reply was cut by max_tokens (set by finish)
         self._events: list[Event] = []
         if prefix:
             self._events = self.feed(prefix)
@@ -331,7 +334,10 @@ class ToolStream:
             break
         return events
 
-    def finish(self) -> list[Event]:
+    def finish(self, *, cut: bool = False) -> list[Event]:
+        """The events the reply's end releases. `cut`: the token budget ended the reply, so a
+        forced call's block that is not a call comes back as content, not ToolCallError."""
+        self._cut = cut
         if self._lead is not False:
             bare = _bare_calls(self._buf, self.names) if self._lead else None
             self._lead = False
@@ -368,7 +374,11 @@ class ToolStream:
         self._in_call = False
         call = _parse_block(body.strip())
         if call is None and self.forced is not None:
-            call = self._forced_call(body)
+            try:
+                call = self._forced_call(body)
+            except ToolCallError:
+                if not (at_end and self._cut):
+                    raise
         if call is None:
             events.append(("content", OPEN + body + ("" if at_end else CLOSE)))
             return
@@ -413,12 +423,12 @@ class ParsedReply:
 
 
 def parse_reply(text: str, *, forced: Sequence[str] | None = None, prefix: str = "",
-                names: Sequence[str] = ()) -> ParsedReply:
+                names: Sequence[str] = (), cut: bool = False) -> ParsedReply:
     """A whole reply -> content and calls (the same split `ToolStream` makes piece by piece).
     With calls, the content around them is stripped and None when empty; without any, the
-    content is the reply unchanged."""
+    content is the reply unchanged. `cut`: see `ToolStream.finish`."""
     stream = ToolStream(forced=forced, prefix=prefix, names=names)
-    events = stream.feed(text) + stream.finish()
+    events = stream.feed(text) + stream.finish(cut=cut)
     content = "".join(v for k, v in events if k == "content")
     if stream.calls:
         return ParsedReply(content.strip() or None, stream.calls)
