@@ -33,6 +33,7 @@ import numpy as np
 from ...costs.evidence import ANCHOR, CopyEvidence, bucket_of
 from ...costs.pricing import best_length, best_staged_length
 from .base import Proposal, Proposer
+from .edit_memory import EditMemory
 
 if TYPE_CHECKING:
     from ..context import DecodeContext
@@ -116,56 +117,92 @@ class SuffixIndex:
 
 
 class PromptLookup(Proposer):
-    """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs)."""
+    """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs).
+    `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py)."""
 
     name = "lookup"
 
     def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
-                 anchor: bool = True):
+                 anchor: bool = True, learn_edits: bool = True):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
+        self.learn_edits = learn_edits
         self.uses_draft = stage is not False
         self.index = SuffixIndex()
-        self._bucket = self._span = self._cut = self._end = 0
+        self.memory = EditMemory()
+        self._bucket = self._span = self._cut = self._end = self._round_start = 0
         self._source: int | None = None  # where the last copy stood in the source
+        self._depart: tuple[int, int] | None = None  # (source, reply) positions where they parted
+        self._held = False  # the last proposal was accepted whole: the copy goes on
+        self._after: list[int] = []  # the source position after each proposed token
+        self._by: list[int] = []  # the substitution that wrote each proposed token (-1: none)
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex(ctx.prediction)
         self.index.extend(prompt)
-        self._source = None
+        self.memory = EditMemory()
+        self._source, self._depart, self._held = None, None, False
 
-    def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
-        self.index.extend(seq)
+    def _start(self, seq: list[int]) -> tuple[int, int, int] | None:
+        """(source position to copy from, match length, evidence bucket), or None."""
+        s = self.index.seq
+        held, self._held = self._held, False
+        if held and self._source is not None and self._source < len(s) - 1:
+            if s[self._source] == seq[-1]:  # the target's own token after the copy continued it
+                return self._source + 1, MAX_MATCH, self._bucket
+            self._depart = (self._source, len(seq) - 1)
         match, end = self.index.match()
-        b = bucket_of(match)
+        b, aligned = bucket_of(match), match
         if not match and self.anchor and self._source is not None:
             end, b = self.index.anchor(self._source), ANCHOR
             match = MIN_MATCH if end else 0  # an anchor is worth a short match's span
+            aligned = 1
         if not match:
+            return None
+        if self._depart is not None:
+            self._learn(seq, end - aligned, len(seq) - aligned)
+        return end, match, b
+
+    def _learn(self, seq: list[int], source: int, reply: int) -> None:
+        """The copy resumed: source[source:] again lines up with seq[reply:]. What the reply
+        wrote since it parted from the copy replaced what the source had there."""
+        d_src, d_rep = self._depart or (0, 0)
+        self._depart = None
+        if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
+            s = self.index.seq
+            self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply])
+
+    def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        self.index.extend(seq)
+        self._round_start = len(seq)
+        found = self._start(seq)
+        if found is None:
             return Proposal()
-        follow = self.index.seq[end:end + min(MAX_PROPOSAL, SPEC_FACTOR * match, max(ctx.remaining - 1, 0))]
-        if SEPARATOR in follow:  # a copy from the predicted output ends where it ends
-            follow = follow[:follow.index(SEPARATOR)]
-        if not follow:
+        end, match, b = found
+        s = self.index.seq
+        stop = min(len(s), end + min(MAX_PROPOSAL, SPEC_FACTOR * match, max(ctx.remaining - 1, 0)))
+        if SEPARATOR in s[end:stop]:  # a copy from the predicted output ends where it ends
+            stop = s.index(SEPARATOR, end)
+        if stop <= end:
             return Proposal()
         self._bucket, self._end = b, end
         a = self.evidence.rate(b)
         assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
         costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
-        k, direct_ms = best_length(a, len(follow), costs.target)
         stage = self.stage
         if stage is not False and ctx.draft is not None and costs.draft is not None:
-            k_staged, staged_ms = best_staged_length(a, len(follow), costs.target, costs.draft)
+            k_staged, staged_ms = best_staged_length(a, stop - end, costs.target, costs.draft)
             if stage is None:
-                stage = staged_ms < direct_ms and staged_ms < costs.target.cost(1)
-        else:
-            stage = False
-        if stage:
-            return self._staged(ctx, seq, follow[:k_staged])
+                stage = staged_ms < min(best_length(a, stop - end, costs.target)[1], costs.target.cost(1))
+            if stage:
+                return self._staged(ctx, seq, s[end:end + k_staged])
+        tokens, self._after, self._by = self.memory.apply(s, end, stop)  # the copy, edits made
+        tokens = tokens[:max(ctx.remaining - 1, 0)]
+        k, _ = best_length(a, len(tokens), costs.target)
         if k == 0:
             return Proposal()
-        tokens = list(follow[:k])
+        tokens = list(tokens[:k])
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
 
     def _staged(self, ctx: DecodeContext, seq: list[int], follow: list[int]) -> Proposal:
@@ -185,10 +222,16 @@ class PromptLookup(Proposer):
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         if not proposal.tokens:
             return
-        if proposal.source == "lookup":
-            copied = accepted
-            self.evidence.add(self._bucket, accepted, stopped=accepted < len(proposal))
-        else:  # staged: the draft's agreement stands in for the target's on the cut part
+        if proposal.source == "staged":  # the draft's agreement stands in for the target's on the cut part
             copied = min(self._cut, accepted)
             self.evidence.add(self._bucket, copied, stopped=copied < self._span)
-        self._source = self._end + copied  # the first source token the reply did not copy
+            self._source = self._end + copied
+            return
+        n = len(proposal)
+        self.evidence.add(self._bucket, accepted, stopped=accepted < n)
+        self.memory.score(self._by[:n], accepted)
+        if accepted >= n:
+            self._held, self._source = True, self._after[n - 1]
+        else:  # the first source token the reply did not copy; the reply's token in its place
+            self._source = self._after[accepted - 1] if accepted else self._end
+            self._depart = (self._source, self._round_start + accepted)

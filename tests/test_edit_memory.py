@@ -1,0 +1,76 @@
+"""The copy proposer learns the edit: after the first occurrence of a rename, the later ones
+are proposed with the new name (token sequences, no model: the replies are known)."""
+
+from __future__ import annotations
+
+import random
+
+from sprinter_edge.backend.llama import common_prefix
+from sprinter_edge.costs import Costs, CostTable, Evidence
+from sprinter_edge.decoding import DecodeContext, Stats
+from sprinter_edge.decoding.proposers.edit_memory import EditMemory
+from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+from sprinter_edge.decoding.sampling import Sampler, SamplingParams
+
+OLD, NEW = 7, 99
+# a 64-row call costs what 8 single steps cost: long proposals pay when they are right
+TABLE = CostTable(last={1: 10.0, 64: 80.0}, full={1: 10.0, 64: 80.0})
+
+
+def source_with_uses(uses: int, seed: int = 0) -> list[int]:
+    """Code-like tokens: varied lines, the identifier OLD in each."""
+    rng = random.Random(seed)
+    out: list[int] = []
+    for _ in range(uses):
+        out += [rng.randrange(20, 60) for _ in range(rng.randrange(6, 14))]
+        out += [OLD, rng.randrange(60, 80)]
+    return out
+
+
+def replay(proposer: PromptLookup, prompt: list[int], reply: list[int]) -> tuple[int, int, int]:
+    """(tokens proposed, accepted, target calls) when the target writes `reply`."""
+    ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
+                        max_new_tokens=len(reply) + 1, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+    seq = list(prompt)
+    proposer.begin(ctx, seq)
+    proposed = accepted = calls = pos = 0
+    while pos < len(reply):
+        ctx.produced = pos
+        proposal = proposer.propose(ctx, seq)
+        k = len(proposal)
+        ok = common_prefix(proposal.tokens, reply[pos:pos + k])
+        proposer.feedback(ctx, proposal, ok)
+        proposed, accepted, calls = proposed + k, accepted + ok, calls + 1
+        n = min(ok + 1, len(reply) - pos)
+        seq.extend(reply[pos:pos + n])
+        pos += n
+    return proposed, accepted, calls
+
+
+def test_a_rename_is_learned_at_its_first_occurrence() -> None:
+    source = source_with_uses(12)
+    prompt = [1, 2, 3, 4] + source + [5, 6]
+    reply = [NEW if t == OLD else t for t in source]
+    plain = replay(PromptLookup(learn_edits=False), prompt, reply)
+    learned = replay(PromptLookup(), prompt, reply)
+    assert learned[1] / learned[0] >= 0.95, learned  # nearly every proposed token accepted
+    assert learned[2] < plain[2] / 2, (learned, plain)  # and far fewer target calls
+    assert learned[1] / learned[0] > plain[1] / plain[0]
+
+
+def test_a_substitution_the_target_refuses_stops_being_applied() -> None:
+    memory = EditMemory()
+    memory.learn(30, [OLD], [NEW])
+    tokens, _, by = memory.apply([30, OLD, 31, OLD], 1, 4)
+    assert tokens == [NEW, 31, NEW] and by[0] >= 0 and by[1] == -1
+    memory.score(by, 0)  # refused where it was applied first
+    memory.score(memory.apply([32, OLD], 1, 2)[2], 0)
+    assert memory.apply([33, OLD], 1, 2)[0] == [OLD]  # refused more often than accepted: off
+
+
+def test_an_insertion_after_its_context_token() -> None:
+    memory = EditMemory()
+    memory.learn(40, [], [41, 42])  # a hint inserted after token 40
+    tokens, after, _ = memory.apply([40, 50, 40, 51], 1, 4)
+    assert tokens == [41, 42, 50, 40, 41, 42, 51]
+    assert after == [1, 1, 2, 3, 3, 3, 4]  # source positions: the insertion consumes none
