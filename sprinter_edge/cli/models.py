@@ -204,6 +204,12 @@ def run_doctor(args: argparse.Namespace) -> int:
             c32, c64 = t.all_rows(32), t.all_rows(64)
             print(f"  {role:6} d={depth:<5} {t.cost(1):5.0f} / {c32:5.0f} ({c32 / 32:4.1f}) "
                   f"/ {c64:5.0f} ({c64 / 64:4.1f})")
+    print("batch invariance (the target's logits for a token in a batch vs one token per call)")
+    from ..backend import invariance
+
+    safe = (False,) if native.build_uses_amx(native.system_info()) else (True, False)
+    for result in invariance.measure(engine.target_path, engine.hardware.options("target"), repacking=safe):
+        print("  " + result.line())
     if args.curve:
         for line in _curve_lines(engine.target):
             print(line)
