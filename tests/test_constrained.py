@@ -12,13 +12,12 @@ test, and the counters say how many.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 import pytest
-from test_exactness import ALPHA, EOG, _cell, _chisquare_pvalue
+from test_exactness import ALPHA, EOG, _chisquare_pvalue, _sample_sd
 from test_lookup import flat
 
 from sprinter_edge import Engine, SamplingParams
@@ -230,13 +229,6 @@ def test_sampled_sd_joint_distribution_matches_constrained_ar(engine: Engine) ->
     prompt = engine.encode(PROMPTS[0])
     exact = _exact_masked_joint(engine, prompt, PERSON, params, depth=2)
     n = 300
-    counts: Counter = Counter()
-    seen: Counter = Counter()
-    for seed in range(n):
-        gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
-        gen.ctx.draft_len = 2
-        result = gen.consume()
-        counts[_cell(result)] += 1
-        seen.update(result.origins)
+    counts, seen = _sample_sd(engine, prompt, params, n)
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
     assert min(seen[o] for o in (Origin.ACCEPTED, Origin.RESAMPLED, Origin.FORCED)) >= 20, seen
