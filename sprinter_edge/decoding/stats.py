@@ -15,10 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from difflib import SequenceMatcher
 from enum import Enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .proposers.base import Proposal
+from typing import Protocol
 
 
 class Origin(str, Enum):
@@ -38,6 +35,15 @@ _ORIGIN_FIELD = {
     Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
     Origin.FORCED: "forced",
 }
+
+
+class ProposalCounts(Protocol):
+    """What a round's proposal tells the counters (proposers.base.Proposal has these)."""
+
+    drafted: int  # tokens the draft produced
+    copied: int  # tokens a copy offered
+    grammar: int  # the grammar's fast-forward tokens
+    ended_by: str | None  # what ended a SPRINTER run: flag | cap | eog
 
 
 @dataclass
@@ -72,7 +78,7 @@ class Counters:
         name = _ORIGIN_FIELD[origin]
         setattr(self, name, getattr(self, name) + 1)
 
-    def add_round(self, proposal: Proposal, tested: int, accepted: int) -> None:
+    def add_round(self, proposal: ProposalCounts, tested: int, accepted: int) -> None:
         """One round of the loop: `proposal`, of which `tested` tokens went through the p/q test
         and the first `accepted` passed it."""
         self.sd_tests += tested
