@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_exactness import ALPHA, EOG, _chisquare_pvalue, _sample_sd
+from test_exactness import ALPHA, _chisquare_pvalue, _exact_joint, _sample_sd
 from test_lookup import flat
 
 from sprinter_edge import Engine, SamplingParams
@@ -202,22 +202,13 @@ def _exact_masked_joint(engine: Engine, prompt: list[int], constraint: Constrain
                         params: SamplingParams, depth: int) -> dict[tuple[Hashable, ...], float]:
     """The exact distribution of the first `depth` tokens of constrained `ar`: the masked,
     renormalised target distribution expanded over its support."""
-    joint: dict[tuple[Hashable, ...], float] = {(): 1.0}
-    for _ in range(depth):
-        grown: dict[tuple[Hashable, ...], float] = {}
-        for path, weight in joint.items():
-            if path and path[-1] == EOG:
-                grown[path] = weight
-                continue
-            grammar = compile(constraint, engine.target)
-            assert grammar.consume(list(path)) == len(path)  # type: ignore[arg-type]
-            row = engine.target.sync(prompt + list(path), n_logits=1).logits[0]  # type: ignore[operator]
-            p = distribution(masked(row, grammar.mask()), params)
-            for x in np.flatnonzero(p):
-                cell = path + ((EOG,) if engine.target.is_eog(int(x)) else (int(x),))
-                grown[cell] = grown.get(cell, 0.0) + weight * float(p[x])
-        joint = grown
-    return joint
+    def dist(path: list[int]) -> np.ndarray:
+        grammar = compile(constraint, engine.target)
+        assert grammar.consume(path) == len(path)
+        row = engine.target.sync(prompt + path, n_logits=1).logits[0]
+        return distribution(masked(row, grammar.mask()), params)
+
+    return _exact_joint(engine.target, prompt, params, depth, dist)
 
 
 def test_sampled_sd_joint_distribution_matches_constrained_ar(engine: Engine) -> None:

@@ -13,7 +13,7 @@ the choice of seeds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,11 +39,15 @@ def _dist(model: LlamaModel, context: list[int], params: SamplingParams) -> np.n
     return distribution(model.sync(context, n_logits=1).logits[0], params)
 
 
-def _exact_joint(model: LlamaModel, prompt: list[int], params: SamplingParams,
-                 depth: int) -> dict[tuple[Hashable, ...], float]:
+def _exact_joint(model: LlamaModel, prompt: list[int], params: SamplingParams, depth: int,
+                 dist: Callable[[list[int]], np.ndarray] | None = None) -> dict[tuple[Hashable, ...], float]:
     """The exact distribution of the first `depth` tokens `ar` samples from `model`: the
     probability tree expanded over the support (small under top-k). A path that reaches an
-    end token stops there and ends with EOG."""
+    end token stops there and ends with EOG. `dist(path)`: the next-token distribution after
+    the prompt and `path` (default: the model's under `params`)."""
+    if dist is None:
+        def dist(path: list[int]) -> np.ndarray:
+            return _dist(model, prompt + path, params)
     joint: dict[tuple[Hashable, ...], float] = {(): 1.0}
     for _ in range(depth):
         grown: dict[tuple[Hashable, ...], float] = {}
@@ -51,7 +55,7 @@ def _exact_joint(model: LlamaModel, prompt: list[int], params: SamplingParams,
             if path and path[-1] == EOG:
                 grown[path] = weight
                 continue
-            p = _dist(model, prompt + list(path), params)  # type: ignore[arg-type]
+            p = dist(list(path))  # type: ignore[arg-type]
             for x in np.flatnonzero(p):
                 cell = path + ((EOG,) if model.is_eog(int(x)) else (int(x),))
                 grown[cell] = grown.get(cell, 0.0) + weight * p[x]

@@ -65,13 +65,16 @@ def running_server(args: list[str], log: Path) -> Iterator[str]:
             proc.wait(timeout=10)
 
 
+def fixture_server_args(target: Path, draft: Path, max_tokens: int) -> list[str]:
+    """`serve` on the fixture pair, one thread, `sd` by default."""
+    return ["--target", str(target), "--draft", str(draft), "--method", "sd", "--verifier", "confidence",
+            "--threads", "1", "--ctx", "1024", "--max-tokens", str(max_tokens), "--model-name", "fixture"]
+
+
 @pytest.fixture(scope="module")
 def server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    args = ["--target", str(fixture_target_path), "--draft", str(fixture_draft_path), "--method", "sd",
-            "--verifier", "confidence", "--threads", "1", "--ctx", "1024", "--max-tokens", "8",
-            "--model-name", "fixture"]
-    with running_server(args, log) as base:
+    with running_server(fixture_server_args(fixture_target_path, fixture_draft_path, 8), log) as base:
         yield base
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from test_server import TIMEOUT, running_server  # noqa: E402
+from test_server import TIMEOUT, fixture_server_args, running_server  # noqa: E402
 
 from sprinter_edge.decoding import SamplingParams  # noqa: E402
 from sprinter_edge.serving.handlers import plan_chat  # noqa: E402
@@ -119,10 +119,7 @@ def test_bad_constraints_are_400_naming_the_field(fields: dict[str, Any], param:
 @pytest.fixture(scope="module")
 def server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("serve-structured") / "server.log"
-    args = ["--target", str(fixture_target_path), "--draft", str(fixture_draft_path), "--method", "sd",
-            "--verifier", "confidence", "--threads", "1", "--ctx", "1024", "--max-tokens", "96",
-            "--model-name", "fixture"]
-    with running_server(args, log) as base:
+    with running_server(fixture_server_args(fixture_target_path, fixture_draft_path, 96), log) as base:
         yield base
 
 
