@@ -74,18 +74,15 @@ class Planner:
         """What plans are priced from, for a request of `kind` after `depth` tokens of context."""
         return PriceInputs(self.costs.at(depth), self.evidence, kind, self.verifier_ms, self.max_run_cap)
 
+    def _runs_here(self, strategy: Strategy) -> bool:
+        """A strategy that drafts runs only with a draft."""
+        return self.draft is not None or not (strategy.uses_draft or strategy.needs_draft)
+
     def candidates(self, approximate: bool = False) -> list[Strategy]:
         """The registered strategies whose plans may run here: the draft's only with a draft,
         approximate ones only when the caller chose an operating point."""
-        out = []
-        for cls in STRATEGIES.values():
-            s = cls()
-            if (s.uses_draft or s.needs_draft) and self.draft is None:
-                continue
-            if not s.exact and not (approximate and self.use_sprinter):
-                continue
-            out.append(s)
-        return out
+        return [s for s in (cls() for cls in STRATEGIES.values())
+                if self._runs_here(s) and (s.exact or (approximate and self.use_sprinter))]
 
     # ------------------------------------------------------------------ predictions
     def _eff(self, method: str) -> float:
@@ -104,9 +101,8 @@ class Planner:
         tokens of context, from costs and the evidence so far; a method priced by a prior is
         priced as a plain step here."""
         plan = Plan(plan, **settings) if isinstance(plan, str) else plan
-        inputs = self.inputs(depth=depth)
-        price = strategy_of(plan).price(plan, inputs) if self.draft is not None or plan.method == \
-            BASELINE.name else None
+        strategy, inputs = strategy_of(plan), self.inputs(depth=depth)
+        price = strategy.price(plan, inputs) if self._runs_here(strategy) else None
         return price if price is not None else BASELINE.price(Plan(BASELINE.name), inputs)
 
     def raw_ms(self, plan: Plan | str, depth: int = 0, **settings: Any) -> float:
@@ -195,8 +191,9 @@ class Planner:
             self.measured[key] = Rate(ms, float(tokens))
         else:
             r.add(ms, tokens)
-        if strategy_of(plan).price(plan, self.inputs(kind)) is not None:  # a priced model, not a prior
-            self.efficiency.setdefault(plan.method, Rate(1.0, 8.0)).add(ms / self.raw_ms(plan, depth), tokens)
+        price = strategy_of(plan).price(plan, self.inputs(kind, depth))
+        if price is not None:  # a priced model, not a prior: how far off it was
+            self.efficiency.setdefault(plan.method, Rate(1.0, 8.0)).add(ms / price.ms_per_token, tokens)
 
     def switch_ms(self, tokens_behind: int, to_draft: bool, depth: int = 0) -> float:
         """The one-off cost of catching a model up on `tokens_behind` tokens."""
