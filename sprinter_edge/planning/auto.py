@@ -44,13 +44,13 @@ class Auto(Strategy):
         """Exact unless it may run sprinter (a draft, and the caller chose an operating point)."""
         return ctx.draft is None or not ctx.approximate_ok
 
-    def _planner(self, ctx: DecodeContext) -> Planner:
+    def _planner(self) -> Planner:
         assert self.planner is not None, "auto needs a planner (Engine provides one)"
         return self.planner
 
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """Decide the first plan, then read the prompt only with the models it uses."""
-        planner = self._planner(ctx)
+        planner = self._planner()
         self.plan, why = planner.best(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens)
         ctx.stats.trace.plan, ctx.stats.trace.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
@@ -59,7 +59,7 @@ class Auto(Strategy):
         return models
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
-        planner = self._planner(ctx)
+        planner = self._planner()
         stats, trace = ctx.stats, ctx.stats.trace
         if self.plan is None:
             self.plan, trace.plan_reason = planner.best(ctx.kind, ctx.approximate_ok, len(prompt))

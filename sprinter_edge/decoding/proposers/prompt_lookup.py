@@ -161,14 +161,13 @@ class PromptLookup(Proposer):
         if not match:
             return None
         if self._depart is not None:
-            self._learn(seq, end - aligned, len(seq) - aligned)
+            (d_src, d_rep), self._depart = self._depart, None
+            self._learn(seq, d_src, d_rep, end - aligned, len(seq) - aligned)
         return end, match, b
 
-    def _learn(self, seq: list[int], source: int, reply: int) -> None:
-        """The copy resumed: source[source:] again lines up with seq[reply:]. What the reply
-        wrote since it parted from the copy replaced what the source had there."""
-        d_src, d_rep = self._depart or (0, 0)
-        self._depart = None
+    def _learn(self, seq: list[int], d_src: int, d_rep: int, source: int, reply: int) -> None:
+        """The copy parted from source[d_src] at seq[d_rep] and resumed: source[source:] again
+        lines up with seq[reply:]. What the reply wrote in between replaced what the source had."""
         if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
             s = self.index.seq
             self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply])
