@@ -5,12 +5,12 @@ A decode call of n tokens that returns logits for r of them costs c(n, r). The L
 rows asked for pay it: SPRINTER's catch-up asks for 2 rows, SD for all k+1. Measured:
 c(n, 1) and c(n, n) for n in 1..32; c(n, r) is linear in r between them.
 
-Predicted seconds of a generation = draft_calls * d(1, 1) + target_calls * t(n_avg, r_avg)
-+ the verifier time measured, with n_avg = target_tokens / target_calls and r_avg the logits
-rows its calls returned on average (counted, whatever plans `auto` ran), each cost taken at
-the reply's mean depth of context (prompt + half the reply). The same counters
-priced with a flat cost (a batch costs one token, as on a GPU or Apple Silicon) give the
-speed-up on such a machine.
+Predicted seconds of a generation = the sum over its model calls of c(n, r) at the depth of
+context each call read (the reply's `CallLog`, whatever plans `auto` ran) + the verifier time
+measured. A reply known only by its counters (a JSON record) is priced at its mean call:
+draft_calls * d(1, 1) + target_calls * t(n_avg, r_avg) at the reply's mean depth (prompt + half
+the reply), which underprices a mix of long and short calls. The same calls priced with a flat
+cost (a batch costs one token, as on a GPU or Apple Silicon) give the speed-up on such a machine.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..costs.pricing import flat_table
 from ..costs.table import SIZES, CostTable, measure
 from ..decoding import Stats
+from ..decoding.stats import DEPTH_STEP
 
 __all__ = ["SIZES", "CostModel", "CostTable", "measure"]
 
@@ -31,9 +32,19 @@ class CostModel:
     draft: CostTable | None = None
 
     def predict_seconds(self, stats: Stats, *, flat: bool = False) -> float:
-        """Decode seconds the counters imply (flat: every call costs a one-token step)."""
-        c = stats.counters
+        """Decode seconds the calls imply (flat: every call costs a one-token step)."""
         seconds = stats.timings.verifier_seconds
+        log = stats.calls
+        if log.target or log.draft:
+            for table, calls in ((self.target, log.target), (self.draft, log.draft)):
+                if table is None:
+                    continue
+                one = flat_table(table) if flat else None
+                for (n, rows, step), count in calls.items():
+                    priced = one or table.at(step * DEPTH_STEP + DEPTH_STEP // 2)
+                    seconds += count * priced.cost(n, rows) / 1e3
+            return seconds
+        c = stats.counters
         depth = stats.prompt_tokens + c.new_tokens // 2  # the reply's mean depth of context
         target = flat_table(self.target) if flat else self.target.at(depth)
         draft = self.draft.at(depth) if self.draft is not None else None

@@ -83,10 +83,11 @@ class DecodeContext:
         t0 = time.perf_counter()
         out = self.target.sync(context, n_logits=n_logits)
         self.stats.timings.target_seconds += time.perf_counter() - t0
-        c = self.stats.counters
+        c, n = self.stats.counters, self.target.last_decoded
         c.target_calls += 1
-        c.target_tokens += self.target.last_decoded
-        c.target_rows += min(n_logits, self.target.last_decoded)
+        c.target_tokens += n
+        c.target_rows += min(n_logits, n)
+        self.stats.calls.add("target", n, min(n_logits, n), len(context) - n)
         return out
 
     def draft_step(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
@@ -95,6 +96,8 @@ class DecodeContext:
         out = self.draft.sync(context, n_logits=n_logits, hidden=hidden)
         self.stats.timings.draft_seconds += time.perf_counter() - t0
         self.stats.counters.draft_calls += 1
+        n = self.draft.last_decoded
+        self.stats.calls.add("draft", n, min(n_logits, n), len(context) - n)
         return out
 
     def text_eog(self, token: int) -> bool:

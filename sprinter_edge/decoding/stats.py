@@ -3,7 +3,8 @@
 Each part has one writer:
 - `Counters` origins (`count`): the driver, once per token it hands on;
 - `Counters` proposals and tests (`add_round`): the loop, once per round;
-- `Counters` calls and `Timings` model seconds: the context's meter around each model call;
+- `Counters` calls, `CallLog` and `Timings` model seconds: the context's meter around each
+  model call;
 - `Timings` prefill, first token, total: the driver;
 - `PlanTrace`: `auto`; `OperatingPoint`: the engine, when SPRINTER may run.
 `Stats.to_dict` flattens them into one JSON object (the bench's, the server's and the CLI's).
@@ -11,6 +12,7 @@ Each part has one writer:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from difflib import SequenceMatcher
@@ -94,6 +96,29 @@ class Counters:
             setattr(self, name, getattr(self, name) + 1)
 
 
+# CallLog's depth step: a call's cost grows with the context it reads, slowly enough that
+# 128-token steps price it within a fraction of a percent
+DEPTH_STEP = 128
+
+
+@dataclass
+class CallLog:
+    """The model calls after the prompt by (tokens decoded, logits rows, depth of context in
+    DEPTH_STEP steps): a reply priced call by call, where the mean call size underprices it
+    (a few long calls beside many short ones cost more than as many calls of the mean size)."""
+
+    target: Counter[tuple[int, int, int]] = field(default_factory=Counter)
+    draft: Counter[tuple[int, int, int]] = field(default_factory=Counter)
+
+    def add(self, role: str, tokens: int, rows: int, depth: int) -> None:
+        if tokens:  # a sync that found everything in the KV decoded nothing
+            getattr(self, role)[(tokens, rows, depth // DEPTH_STEP)] += 1
+
+    def merge(self, other: CallLog) -> None:
+        self.target.update(other.target)
+        self.draft.update(other.draft)
+
+
 @dataclass
 class Timings:
     """Wall seconds of the engine's own work (never the consumer's)."""
@@ -161,6 +186,7 @@ class Stats:
     trace: PlanTrace = field(default_factory=PlanTrace)
     point: PointUsed = field(default_factory=PointUsed)
     prediction: PredictionUsage | None = None  # when the client sent a predicted output
+    calls: CallLog = field(default_factory=CallLog)  # not in to_dict: the cost model reads it
 
     @property
     def new_tokens(self) -> int:
@@ -203,6 +229,7 @@ class Stats:
             for part, add in ((out.counters, st.counters), (out.timings, st.timings)):
                 for f in fields(part):
                     setattr(part, f.name, getattr(part, f.name) + getattr(add, f.name))
+            out.calls.merge(st.calls)
         return out
 
     def to_dict(self) -> dict:
