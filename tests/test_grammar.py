@@ -129,7 +129,11 @@ def test_grammar_syntax_detection() -> None:
 
 
 def test_tool_choice_shapes() -> None:
-    assert Constraint.from_tool_choice(TOOLS, "auto") is None
+    assert Constraint.from_tool_choice(TOOLS[1:], "auto") is None  # no strict tool: free text
+    assert Constraint.from_tool_choice(TOOLS[1:], None) is None
+    auto = Constraint.from_tool_choice(TOOLS, "auto")  # a strict tool: calls or free text
+    assert auto is not None and auto == Constraint.from_tool_choice(TOOLS, None)
+    assert "lead" in auto.source and '"const": "add"' in auto.source
     assert Constraint.from_tool_choice(TOOLS, "none") is None
     assert Constraint.from_tool_choice(None, None) is None
     named = Constraint.from_tool_choice(TOOLS, {"type": "function", "function": {"name": "add"}})
@@ -332,6 +336,31 @@ def test_required_tool_calls_one_or_more_of_any_tool(smol: LlamaModel) -> None:
     assert m.consume(toks(smol, text)) < len(toks(smol, text))
 
 
+def test_auto_tool_choice_is_free_text_or_shaped_calls(smol: LlamaModel) -> None:
+    c = Constraint.from_tool_choice(TOOLS, "auto")
+    weather = call_text("get_weather", {"city": "Paris"})
+    bare = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Oslo"\n  }\n}\n```'
+    for text, calls in (("It is sunny in Paris today.", 0), ('{"a": 1}', 0), (weather, 1),
+                        ("Checking.\n" + weather, 1), (bare, 1), (bare[8:-4], 1),
+                        (weather + "\n" + call_text("add", {"x": 1, "y": 2, "z": 3}), 2)):
+        m = compile(c, smol)
+        walk(m, toks(smol, text))
+        assert m.accepting(), text
+        parsed = parse_reply(text, names=["get_weather", "add"])
+        assert len(parsed.calls) == calls, text
+    # a strict tool's arguments follow its schema, tagged or bare; no call hides in the free
+    # text; the calls end the reply
+    for bad in (call_text("get_weather", {"town": "Paris"}), f"see {weather[:11]} here",
+                '{"name": "get_weather", "arguments": {}}', '```json\n{"name": "nope", ',
+                weather + "\nDone.", bare + "\nDone."):
+        m = compile(c, smol)
+        tokens = toks(smol, bad)
+        assert m.consume(tokens) < len(tokens), bad
+    one = Constraint.from_tool_choice(TOOLS, "auto", parallel=False)
+    text = weather + "\n" + weather
+    assert compile(one, smol).consume(toks(smol, text)) < len(toks(smol, text))
+
+
 def test_a_forced_prefix_already_in_the_reply_is_consumed_as_text(smol: LlamaModel) -> None:
     c = Constraint.from_tool_choice(TOOLS, {"type": "function", "function": {"name": "get_weather"}})
     m = compile(c, smol)
@@ -382,6 +411,14 @@ def test_qwen_end_tokens_and_tool_call_token(qwen: LlamaModel) -> None:
     walk(m, tokens)
     assert m.accepting()
     assert any(m.allowed(t) for t in ends)
+    # under "auto" the free text cannot hold that token: only the call path may take it
+    auto = compile(Constraint.from_tool_choice(TOOLS, "auto"), qwen)
+    walk(auto, toks(qwen, "Sure.\n") + tokens)
+    assert auto.accepting()
+    auto = compile(Constraint.from_tool_choice(TOOLS, "auto"), qwen)
+    walk(auto, toks(qwen, "Sure."))
+    assert auto.consume([tokens[0], *toks(qwen, "hi")]) == 1  # the token opens a call...
+    assert not auto.accepting()  # ...that must follow
 
 
 def test_qwen_mask_time(qwen: LlamaModel, record_property) -> None:

@@ -85,3 +85,33 @@ def test_forced_call_and_logprobs(client) -> None:  # noqa: ANN001
     assert len(content) == r.usage.completion_tokens and "".join(t.token for t in content) == \
         r.choices[0].message.content
     assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in content)
+
+
+STRICT_WEATHER = {"type": "function", "function": {
+    **WEATHER["function"], "strict": True,
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city name, e.g. Paris", "maxLength": 32},
+        "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+
+
+def test_strict_tool_under_auto(client) -> None:  # noqa: ANN001
+    """tool_choice "auto" with a strict tool: a call's arguments follow the tool's schema (the
+    model left alone drops "unit"), and a question no tool answers still gets words."""
+    for choice in ("auto", None):
+        extra = {} if choice is None else {"tool_choice": choice}
+        r = client.chat.completions.create(model="default", messages=QUESTION, max_tokens=64,
+                                           tools=[STRICT_WEATHER, TIME], **extra)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c
+        (call,) = c.message.tool_calls
+        assert call.function.name == "get_weather"
+        args = json.loads(call.function.arguments)
+        assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+        assert args["city"].lower() == "paris" and len(args["city"]) <= 32
+    r = client.chat.completions.create(
+        model="default", max_tokens=24, tools=[STRICT_WEATHER, TIME],
+        messages=[{"role": "user", "content": "What is 2 + 3? Answer with the number only."}])
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length") and not c.message.tool_calls, c
+    assert "5" in c.message.content

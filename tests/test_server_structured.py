@@ -74,8 +74,14 @@ def test_a_forced_call_is_the_grammar_not_a_prompt_prefix() -> None:
     plan = plan_chat(req)
     assert plan.constraint is not None and plan.constraint.name == "tool_call"
     assert plan.one_call and plan.forced == ["get_weather"]
+    # "auto" with a strict tool: calls or free text, both shaped by the grammar; a
+    # response_format shapes the reply instead; without a strict tool nothing is constrained
     auto = plan_chat(ChatCompletionRequest(messages=ASK_WEATHER, tools=[WEATHER]))
-    assert auto.constraint is None
+    assert auto.constraint is not None and not auto.one_call and auto.forced is None
+    assert plan_chat(ChatCompletionRequest(messages=ASK_WEATHER, tools=[WEATHER],
+                                           response_format=PERSON_FORMAT)).constraint is None
+    loose = {**WEATHER, "function": {**WEATHER["function"], "strict": False}}
+    assert plan_chat(ChatCompletionRequest(messages=ASK_WEATHER, tools=[loose])).constraint is None
 
 
 def test_a_forced_call_cut_before_its_name_is_content() -> None:

@@ -25,9 +25,12 @@ written compactly with the rendered separators, so the text is what the model sa
 and what tools.py parses. Nothing is lost by constraining from the start: where the grammar leaves
 one choice (`<tool_call>\\n{"name": "` and, for one tool, its name and `", "arguments": `) the
 matcher's fast-forward tokens give that text for free, the job `tools.forced_prefix` does by
-hand. A reply already started with a forced prefix is fed to the matcher first
-(`Matcher.consume_text`). `<tool_call>` is a literal string here: engine.py builds the token
-table so that Qwen's single `<tool_call>` token and its spelling in pieces both match it.
+hand. Under tool_choice "auto" with a strict tool, the reply is free text that holds no
+`<tool_call>` (nor opens as a bare `{"name": ...}` call), or free text up to the first
+`<tool_call>` and then blocks as for "required". A reply already started with a forced prefix
+is fed to the matcher first (`Matcher.consume_text`). `<tool_call>` is a literal string here:
+engine.py builds the token table so that Qwen's single `<tool_call>` token and its spelling in
+pieces both match it (so the free text's grammar, not the token table, keeps it out).
 """
 
 from __future__ import annotations
@@ -189,12 +192,19 @@ class Constraint:
                          *, parallel: bool = True) -> Constraint | None:
         """The reply's text when tool_choice forces a call (see the module docstring): a named
         function, one call of it; "required", one or more calls (`parallel`) of any tool.
-        None for "auto", "none", no tool_choice or no tools: the reply is free text."""
+        "auto" (or no tool_choice) with at least one strict tool: free text without a call, or
+        free text and then calls shaped as for "required". None for "none", no tools, or
+        "auto" without a strict tool: the reply is free text."""
         tools = list(tools or [])
         if tool_choice in (None, "auto", "none") or not tools:
             if tool_choice not in (None, "auto", "none"):
                 raise GrammarError("tool_choice forces a call but the request has no tools")
-            return None
+            if tool_choice == "none" or not tools:
+                return None
+            parts = [_tool_parts(t) for t in tools]
+            if not any(strict for _, _, strict in parts):
+                return None  # nothing to hold a call to: the reply stays unconstrained
+            return cls("lark", tool_call_grammar(parts, many=parallel, auto=True), name="tool_call")
         parts = [_tool_parts(t) for t in tools]
         if tool_choice == "required":
             chosen, many = parts, parallel
@@ -275,12 +285,19 @@ def _tool_parts(tool: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool]:
     return fn["name"], dict(params), bool(fn.get("strict") or False)
 
 
-def tool_call_grammar(tools: Sequence[tuple[str, dict[str, Any], bool]], *, many: bool) -> str:
+def tool_call_grammar(tools: Sequence[tuple[str, dict[str, Any], bool]], *, many: bool,
+                      auto: bool = False) -> str:
     """Lark grammar of a reply made of `<tool_call>` blocks (see the module docstring). A
     non-strict tool's schema is compiled leniently (keywords llguidance lacks are ignored), and
     one that still does not compile constrains its arguments to any object, as the server
-    accepted such tools before constraints existed."""
-    rules = []
+    accepted such tools before constraints existed.
+
+    `auto` (tool_choice "auto"): the reply is free text that holds no `<tool_call>`; or free
+    text up to the first `<tool_call>` and then the blocks as in the forced case; or one bare
+    call, `{"name": ..., "arguments": ...}` (in a ```json fence or not, pretty-printed or
+    not), which tools.py reads as a call and small models write instead of the tags. The free
+    text may not open as a bare call: once the text is `{"name": "`, it is the bare call."""
+    rules, bare_rules = [], []
     for i, (name, params, strict) in enumerate(tools):
         args: dict[str, Any] = params
         if not strict:
@@ -290,13 +307,37 @@ def tool_call_grammar(tools: Sequence[tuple[str, dict[str, Any], bool]], *, many
             except (GrammarError, ValueError) as exc:
                 log.warning("tool %r: arguments constrained to any object: %s", name, exc)
                 args = {"type": "object"}
-        guidance = {**CALL_JSON_FORMAT, **({} if strict else {"lenient": True})}
-        call = {"x-guidance": guidance, "type": "object",
+        lenient = {} if strict else {"lenient": True}
+        call = {"x-guidance": {**CALL_JSON_FORMAT, **lenient}, "type": "object",
                 "properties": {"name": {"const": name}, "arguments": args},
                 "required": ["name", "arguments"], "additionalProperties": False}
         rules.append(f"call_{i}: %json {json.dumps(call, ensure_ascii=False)}")
+        if auto:
+            bare_args = {**args, "x-guidance": {**JSON_DEFAULTS, **lenient}}
+            bare_rules += [
+                # the name's JSON text and its closing quote: BARE_HEAD took the opening one
+                f'bare_{i}: {json.dumps(json.dumps(name, ensure_ascii=False)[1:])} WS? "," WS? '
+                f'"\\"arguments\\"" WS? ":" WS? bare_args_{i} WS? "}}"',
+                f"bare_args_{i}: %json {json.dumps(bare_args, ensure_ascii=False)}"]
     head = json.dumps(CALL_OPEN + "\n")
     tail = json.dumps("\n" + CALL_CLOSE)
     alternatives = " | ".join(f"call_{i}" for i in range(len(tools)))
-    start = 'start: block ("\\n" block)*' if many else "start: block"
-    return "\n".join([start, f"block: {head} body {tail}", f"body: {alternatives}", *rules]) + "\n"
+    more = ' ("\\n" block)*' if many else ""
+    lines = [f"block: {head} body {tail}", f"body: {alternatives}", *rules]
+    if not auto:
+        return "\n".join([f"start: block{more}", *lines]) + "\n"
+    open_re = re.escape(CALL_OPEN)
+    bare_head = r'/\s*(```([jJ][sS][oO][nN])?\s*)?\{\s*"name"\s*:\s*"/'
+    return "\n".join([
+        f"start: TEXT | lead {json.dumps(chr(10))} body {tail}{more} | bare",
+        "lead[lazy]: LEAD",  # lazy: it ends at the first <tool_call>
+        f"LEAD: /(?s:.*){open_re}/ & ~BARE_HEAD_ON",
+        f"TEXT: /(?s:.*)/ & ~/(?s:.*){open_re}(?s:.*)/ & ~BARE_HEAD_ON",
+        f"BARE_HEAD_ON: {bare_head[:-1]}(?s:.*)/",
+        # lazy, so that it wins over TEXT as soon as the text is a bare call's opening
+        "bare_head[lazy]: BARE_HEAD",
+        f"BARE_HEAD: {bare_head}",
+        "bare: bare_head (" + " | ".join(f"bare_{i}" for i in range(len(tools))) + ") BARE_END",
+        "WS: /[\\x20\\t\\r\\n]{1,48}/",
+        "BARE_END: /[\\x20\\t\\r\\n]{0,8}(```)?[\\x20\\t\\r\\n]{0,8}/",
+        *bare_rules, *lines]) + "\n"

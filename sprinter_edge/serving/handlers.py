@@ -18,7 +18,7 @@ from ..decoding import SamplingParams
 from ..errors import GrammarError
 from ..grammar import Constraint
 from ..prompting import prompt_tokens, render_chat
-from .jobs import collect, stream_response, submit, wait_started
+from .jobs import body_constraint, collect, stream_response, submit, wait_started
 from .responses import (
     ApiError,
     ChatChunks,
@@ -119,7 +119,8 @@ class ChatPlan:
     forced: list[str] | None = None  # the names a forced call may take
     bare_names: list[str] = field(default_factory=list)  # a bare JSON call of these counts too
     one_call: bool = False  # stop at the first call's end
-    # a forced call: the reply's whole text, `<tool_call>` included, is the grammar's
+    # a forced call, or "auto" with a strict tool: the reply's whole text, `<tool_call>`
+    # included, is the grammar's
     constraint: Constraint | None = None
 
     @property
@@ -133,9 +134,10 @@ class ChatPlan:
 
 
 def tool_constraint(req: ChatCompletionRequest, mode: str) -> Constraint | None:
-    """Checks every strict tool's schema (a 400 naming the tool if it does not compile) and,
-    when tool_choice forces a call, the grammar of the reply: one `<tool_call>` block of the
-    named function or of any tool, its arguments constrained to a strict tool's schema."""
+    """Checks every strict tool's schema (a 400 naming the tool if it does not compile) and
+    returns the grammar of the reply: when tool_choice forces a call, one `<tool_call>` block
+    of the named function or of any tool; under "auto" with a strict tool, free text or calls
+    (grammar.Constraint.from_tool_choice). A strict tool's arguments follow its schema."""
     specs = [t.spec() for t in req.tools or ()] if mode != "off" else []
     for i, spec in enumerate(specs):
         if spec["function"].get("strict"):
@@ -144,6 +146,14 @@ def tool_constraint(req: ChatCompletionRequest, mode: str) -> Constraint | None:
             except GrammarError as exc:
                 raise ApiError(400, f"tools[{i}] ({spec['function']['name']}): {exc}",
                                param=f"tools[{i}].function.parameters") from None
+    if mode == "auto":
+        if body_constraint(req) is not None:
+            return None  # the response_format shapes the reply, as without strict tools
+        try:
+            return Constraint.from_tool_choice(specs, "auto",
+                                               parallel=req.parallel_tool_calls is not False)
+        except GrammarError as exc:
+            raise ApiError(400, f"tools: {exc}", param="tools") from None
     if mode != "forced":
         return None
     choice = req.tool_choice

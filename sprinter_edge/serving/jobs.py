@@ -67,8 +67,9 @@ def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: Sam
                    tool_constraint: Constraint | None = None
                    ) -> tuple[SamplingParams, OperatingPoint | None]:
     """The request's sampling settings (the defaults where it leaves a field out) and its
-    operating point; a setting the engine refuses is a 400. `tool_constraint`: the reply is a
-    forced tool call, which a response_format cannot also shape."""
+    operating point; a setting the engine refuses is a 400. `tool_constraint`: the grammar of
+    a reply with tool calls (a forced call, or "auto" with a strict tool), which a
+    response_format cannot also shape."""
     constraint = body_constraint(req)
     if tool_constraint is not None:
         if constraint is not None:

@@ -26,7 +26,9 @@ A named `tool_choice` forces the call, and `required` one call of any tool: the 
 constrains the whole reply to a `<tool_call>` block (grammar.Constraint.from_tool_choice), whose
 fixed text, up to the name when only one can follow, the grammar forces without asking the
 model; a strict tool's arguments follow its schema. `forced_prefix` is that opening as text, for
-a reply started by hand.
+a reply started by hand. Under "auto" with at least one strict tool the reply is constrained too:
+free text with no `<tool_call>` in it, or free text and then blocks shaped as above; neither may
+open as a bare call, which would escape the grammar.
 """
 
 from __future__ import annotations
