@@ -211,16 +211,22 @@ class LlamaServer:
 
     # ------------------------------------------------------------------ requests
     def request_body(self, prompt: Sequence[int], max_tokens: int, stop: Sequence[str] = (),
-                     temperature: float = 0.0, seed: int | None = None) -> dict[str, Any]:
+                     temperature: float = 0.0, seed: int | None = None,
+                     json_schema: dict[str, Any] | None = None) -> dict[str, Any]:
         """/completion's body: the prompt as token ids, every sampler but temperature neutral
-        (greedy: top_k 1; sampling: the full distribution at `temperature`, as the engine rows)."""
-        return {"prompt": [int(t) for t in prompt], "n_predict": int(max_tokens),
-                "temperature": float(max(temperature, 0.0)), "top_k": 1 if temperature <= 0 else 0,
-                "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
-                "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
-                "xtc_probability": 0.0, "seed": -1 if seed is None else int(seed),
-                "stop": list(stop), "cache_prompt": False, "stream": False, "return_tokens": True,
-                "n_probs": 0}
+        (greedy: top_k 1; sampling: the full distribution at `temperature`, as the engine rows);
+        `json_schema` constrains the reply (the server turns it into a grammar)."""
+        body: dict[str, Any] = {
+            "prompt": [int(t) for t in prompt], "n_predict": int(max_tokens),
+            "temperature": float(max(temperature, 0.0)), "top_k": 1 if temperature <= 0 else 0,
+            "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+            "xtc_probability": 0.0, "seed": -1 if seed is None else int(seed),
+            "stop": list(stop), "cache_prompt": False, "stream": False, "return_tokens": True,
+            "n_probs": 0}
+        if json_schema is not None:
+            body["json_schema"] = json_schema
+        return body
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
@@ -243,12 +249,15 @@ class LlamaServer:
         return str(self._post("/detokenize", {"tokens": [int(t) for t in tokens]}).get("content", ""))
 
     def generate(self, prompt: Sequence[int], max_tokens: int, stop: Sequence[str] = (),
-                 temperature: float = 0.0, seed: int | None = None) -> ServerRun:
-        """One completion of the prompt's token ids. Cut by a stop text, only the tokens whose
-        text lies wholly before the cut are kept, as the engine rows keep them."""
+                 temperature: float = 0.0, seed: int | None = None,
+                 json_schema: dict[str, Any] | None = None) -> ServerRun:
+        """One completion of the prompt's token ids (constrained to `json_schema` when given).
+        Cut by a stop text, only the tokens whose text lies wholly before the cut are kept, as
+        the engine rows keep them."""
         self.start()
         t0 = time.perf_counter()
-        res = self._post("/completion", self.request_body(prompt, max_tokens, stop, temperature, seed))
+        res = self._post("/completion", self.request_body(prompt, max_tokens, stop, temperature, seed,
+                                                          json_schema))
         t_end = time.perf_counter()
         timings = dict(res.get("timings") or {})
         if "predicted_per_second" not in timings:

@@ -35,7 +35,11 @@ def quality_axes(rows: Sequence[dict]) -> list[tuple[str, str]]:
 
 
 def group_axis(rows: Sequence[dict]) -> tuple[str, str]:
-    """A workload's quality axis: pass@1 where it tells the rows apart, else ROUGE-L vs ar."""
+    """A workload's quality axis: pass@1 (structured output: the schema-valid share) where it
+    tells the rows apart, else ROUGE-L vs ar."""
+    valid = {r.get("structured_valid") for r in rows if r.get("structured_valid") is not None}
+    if len(valid) > 1:
+        return "structured_valid", "schema-valid replies"
     passes = {r.get("pass_at_1") for r in rows if r.get("pass_at_1") is not None}
     return ("pass_at_1", "pass@1") if len(passes) > 1 else ("rouge_l", "ROUGE-L against ar")
 

@@ -32,6 +32,12 @@ COLUMNS = (
     ("file_edit_done", "file edits done", "count"),
     ("file_edit_ci", "file edit 95% CI", "interval"),
     ("file_edit_diff", "file edit vs ar, points (95% CI)", "diff"),
+    ("structured_valid", "schema-valid", "{:.2f}"),
+    ("structured_done", "valid/tasks", "count"),
+    ("structured_length", "cut by length", "{}"),
+    ("structured_fenced", "valid in a code block", "{}"),
+    ("structured_accuracy", "field accuracy", "{:.2f}"),
+    ("forced_share", "grammar-given share", "{:.2f}"),
     ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
@@ -43,6 +49,8 @@ COLUMNS = (
 
 # columns shown only when some row has this key (the edit tasks are off by default)
 _SHOWN_WITH = {f"{p}_{c}": f"{p}_n" for p in ("edit", "file_edit") for c in ("pass", "done", "ci", "diff")}
+_SHOWN_WITH.update({k: "structured_n" for k in ("structured_valid", "structured_done", "structured_length",
+                                                "structured_fenced", "structured_accuracy", "forced_share")})
 
 # What the quality columns of SPRINTER rows mean (written under the table).
 COLUMN_HELP = (
@@ -70,8 +78,25 @@ COLUMN_HELP = (
 GROUP_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
     "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain", "ttft_seconds", "e2e_seconds",
     "target_calls_per_token", "draft_accept", "pass_at_1", "pass_ci", "pass_diff", "edit_pass",
-    "edit_done", "edit_ci", "file_edit_pass", "file_edit_done", "file_edit_ci", "rouge_l",
-    "exact_match"))
+    "edit_done", "edit_ci", "file_edit_pass", "file_edit_done", "file_edit_ci", "structured_done",
+    "structured_length", "structured_accuracy", "forced_share", "rouge_l", "exact_match"))
+
+# the structured-output section: per method, validity, accuracy, speed and what the grammar gave
+STRUCTURED_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
+    "method", "structured_done", "structured_length", "structured_fenced", "structured_accuracy",
+    "tokens_per_second", "ratio_vs_ar", "ttft_seconds", "forced_share"))
+STRUCTURED_HELP = (
+    "valid/tasks: replies whose whole text is one JSON value the task's schema accepts "
+    "(bench/structured.py; a reply cut by --max-tokens is never valid and is counted under cut by "
+    "length). valid in a code block: replies that are not bare JSON but whose first code block is "
+    "schema-valid (what a free reply usually is). field accuracy: share of the truth fields right "
+    "(name, parameter names, defaults, returns_value, raises) on the extraction tasks, read from "
+    "the reply's JSON or its code block. grammar-given share: (forced + accepted fast-forward "
+    "tokens) / new tokens: tokens the grammar gave without a target step of their own. "
+    "Rows marked +free decode without the schema; llama-server rows send it as `json_schema`; "
+    "llama-cpp-python rows are left out of structured prompts. Why each reply failed: "
+    "runs[].structured.why."
+)
 
 
 def _cell(value: object, fmt: str) -> str:
@@ -97,7 +122,7 @@ def _value(row: dict, key: str) -> object:
         prefix = key.removesuffix("_diff")
         ci, d = row.get(f"{prefix}_diff_ci"), row.get(f"{prefix}_diff_vs_ar")
         return None if ci is None or d is None else (d, *ci)
-    if key in ("edit_done", "file_edit_done"):  # tasks passed / tasks run
+    if key in ("edit_done", "file_edit_done", "structured_done"):  # tasks passed / tasks run
         prefix = key.removesuffix("_done")
         k, n = row.get(f"{prefix}_passed"), row.get(f"{prefix}_n")
         return None if k is None or not n else (k, n)
@@ -156,6 +181,10 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
                   "bench/edits_files.py) when its code parses, makes the change and behaves as the "
                   "original module on every call of its check; why each failed: runs[].edit.why.",
                   "", edit_kind_table(rows), ""]
+    shaped = (data.get("groups") or {}).get("structured") or [r for r in rows if r.get("structured_n")]
+    if shaped:
+        lines += ["## structured output", "", STRUCTURED_HELP, "",
+                  markdown_table(shaped, STRUCTURED_COLUMNS, drop_empty=True), ""]
     if data.get("cost_model"):
         lines += ["## decode cost (ms per call)", "", cost_table(data["cost_model"]), ""]
     if data.get("notes"):

@@ -22,7 +22,7 @@ from ..costs.table import cpu_name, machine_costs
 from ..errors import SprinterError
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
-from . import costmodel, edits, edits_files, peers, plot, prompts, report, runner, summary
+from . import costmodel, edits, edits_files, peers, plot, prompts, report, runner, structured, summary
 from .llama_server import SERVER_METHODS
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
@@ -47,6 +47,9 @@ SERVER_NOTE = ("llama-server rows: llama.cpp's own server (tools/build_llama_ser
                "'vs own plain' is against the plain llama-server row (llama-cpp-python rows: against "
                "llama-cpp).")
 
+STRUCTURED_PEER_NOTE = ("llama-cpp-python rows do not run the structured prompts (they take no JSON schema "
+                        "here); llama-server rows get each prompt's schema as `json_schema`.")
+
 
 @dataclass
 class BenchConfig:
@@ -67,6 +70,7 @@ class BenchConfig:
     edit_skip: int = 0  # start after this many tasks of the fixed order (held-out tasks)
     file_edits: int = 0  # whole-file edit tasks: the first N of edits_files.task_order
     file_edit_kinds: Sequence[str] = ()  # only these whole-file edit kinds (empty: all)
+    structured: int = 0  # structured-output tasks: the first N of structured.structured_prompts
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
     humaneval_timeout: float = 10.0
@@ -96,7 +100,9 @@ class BenchPlan:
 
     @property
     def runs(self) -> int:
-        return len(self.prompts) * len(self.specs)
+        shaped = sum(p.kind == structured.PROMPT_KIND for p in self.prompts)
+        llama_cpp = sum(s.kind in runner.LLAMA_CPP_METHODS for s in self.specs)
+        return len(self.prompts) * len(self.specs) - shaped * llama_cpp  # runner._prompt leaves those out
 
 
 @dataclass
@@ -128,12 +134,12 @@ def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
                if config.edits else [])
     chosen += (edits_files.file_edit_prompts(config.file_edits, config.file_edit_kinds or edits_files.KINDS)
                if config.file_edits else [])
+    chosen += structured.structured_prompts(config.structured) if config.structured else []
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)
     if not chosen:
         raise SprinterError("no prompts: use --humaneval N, --chat N, --explain N, --long N, --edits N, "
-                            "--file-edits N "
-                            "or --prompts FILE")
+                            "--file-edits N, --structured N or --prompts FILE")
     return chosen
 
 
@@ -255,6 +261,8 @@ def run_notes(rows: Sequence[dict]) -> list[str]:
         notes.append(PEER_TIMING_NOTE)
     if any(r["kind"] in SERVER_METHODS for r in rows):
         notes.append(SERVER_NOTE)
+    if any(r.get("structured_n") for r in rows) and any(r["kind"] in runner.LLAMA_CPP_METHODS for r in rows):
+        notes.append(STRUCTURED_PEER_NOTE)
     return notes
 
 

@@ -9,6 +9,8 @@ taken against `ar` measured in the same run.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +19,14 @@ from pathlib import Path
 from ..api import Engine
 from ..decoding import Origin, SamplingParams, Stats
 from ..decoding.sprinter import Sprinter
+from ..grammar import compile as compile_constraint
+from ..grammar.spec import Constraint
 from ..methods import METHODS, get_strategy
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
-from . import edits, edits_files, memory, quality
+from . import edits, edits_files, memory, quality, structured
 from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, server_stats
 from .peers import LlamaCppPeer
 from .prompts import BenchPrompt
@@ -36,6 +40,8 @@ SWEPT = tuple(m for m in METHODS if not get_strategy(m).exact and get_strategy(m
 LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
 PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+# `ar+free`: the method without the structured prompts' JSON schema (what the constraint buys)
+FREE = "+free"
 # a peer row's own plain decoding, for its "vs own plain" ratio
 PLAIN_PEER = {**dict.fromkeys(LLAMA_CPP_METHODS, "llama-cpp"),
               **dict.fromkeys(SERVER_METHODS, "llama-server")}
@@ -50,6 +56,12 @@ class MethodSpec:
     threshold: float | None = None
     preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
     verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
+    free: bool = False  # structured prompts: decoded without their JSON schema
+
+    @property
+    def is_reference(self) -> bool:
+        """The `ar` row every ratio and agreement column is taken against."""
+        return self.kind == "ar" and not self.free
 
     @property
     def engine_method(self) -> str:
@@ -77,6 +89,13 @@ def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
     those rows once per verifier in `verifiers` (labelled `[spec]`) when more than one."""
     specs: list[MethodSpec] = []
     for name in names:
+        base = name.removesuffix(FREE)
+        if base != name:  # an engine method that ignores the structured prompts' schema
+            if base not in METHODS:
+                raise ValueError(f"{name!r}: only the engine's methods run free of the schema "
+                                 f"({', '.join(METHODS)})")
+            specs.append(MethodSpec(name, base, free=True))
+            continue
         if name not in ALL_METHODS:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
         if name not in SWEPT:
@@ -90,9 +109,15 @@ def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
                 specs += [MethodSpec(f"{name}:{p}{tag}", name, preset=p, verifier=v) for p in presets]
             else:
                 specs.append(MethodSpec(f"{name}{tag}", name, verifier=v))
-    if not any(s.kind == "ar" for s in specs):
+    if not any(s.is_reference for s in specs):
         specs.insert(0, MethodSpec("ar", "ar"))  # the reference every ratio needs
     return specs
+
+
+@functools.lru_cache(maxsize=64)
+def _constraint(schema: str) -> Constraint:
+    """A structured prompt's schema (its JSON text) as the engine rows' constraint, built once."""
+    return Constraint.json_schema(schema, strict=True)
 
 
 @dataclass
@@ -117,6 +142,7 @@ class RunRecord:
     false_pass: dict | None = None
     humaneval: dict | None = None
     edit: dict | None = None  # edits.EditCheck: passed, kind, why, failure
+    structured: dict | None = None  # structured.StructuredCheck: passed, length, why, accuracy
     _origins: list[Origin] = field(default_factory=list, repr=False)
     _stats: Stats | None = field(default=None, repr=False)
 
@@ -207,26 +233,30 @@ class Runner:
         return self.verifiers[spec.verifier]
 
     def _run_engine(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                    max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0
-                    ) -> tuple[list[int], str, Stats, list[Origin]]:
+                    max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0,
+                    constraint: Constraint | None = None) -> tuple[list[int], str, Stats, list[Origin]]:
         verifier = self._verifier(spec, reference)
         threshold = 0.5 if spec.kind == "oracle" else spec.threshold
         point = (OperatingPoint(threshold=threshold) if threshold is not None
                  else OperatingPoint(preset=spec.preset) if spec.preset else None)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop,
-                                seed=self.config.seed + seed)
+                                seed=self.config.seed + seed, constraint=constraint)
         self.engine.reset_caches()  # every row pays its own prefill: comparable TTFT
         res = self.engine.generate(prompt, params, method=spec.engine_method, operating_point=point,
                                    verifier=verifier)
         return res.token_ids, res.text, res.stats, res.origins
 
     def run_one(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0
+                max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0, schema: dict | None = None
                 ) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
+        """One row on one prompt; `schema`: the JSON schema its reply must follow (a structured
+        prompt), sent to every row but a `+free` one."""
         memory.reset_peak()
+        schema = None if spec.free else schema
         if spec.kind in SERVER_METHODS:
             server = self._peer(spec.kind)
-            run = server.generate(prompt, max_tokens, stop, self.config.temperature, self.config.seed + seed)
+            run = server.generate(prompt, max_tokens, stop, self.config.temperature, self.config.seed + seed,
+                                  json_schema=schema)
             return (run.tokens, run.text, None, [], server_stats(spec.kind, run), run.decode_seconds,
                     run.timed_tokens)
         if spec.kind in PEER_METHODS:
@@ -238,7 +268,9 @@ class Runner:
                      "tokens_per_second": round(r.tokens_per_second, 3)}
             return (r.tokens, r.text, None, [], stats, r.decode_seconds,
                     max(r.new_tokens - 1, 0))
-        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop, seed)
+        constraint = _constraint(json.dumps(schema)) if schema is not None else None
+        tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop, seed,
+                                                     constraint)
         return tokens, text, st, origins, st.to_dict(), st.timings.decode_seconds, st.new_tokens
 
     # ------------------------------------------------------------------ the loop
@@ -249,14 +281,15 @@ class Runner:
             need = max(map(len, encoded)) + self.config.max_tokens + 16
             self.peer_ctx = min(self.config.peer_ctx, -(-need // 256) * 256)
         if self.config.warmup and encoded:
+            schema = structured.schema_of(prompts[0])  # a structured run compiles its grammar here
             for spec in self.specs:
-                self.run_one(spec, encoded[0], None, 8)
+                self.run_one(spec, encoded[0], None, 8, schema=schema)
             # the warmup's 8 tokens are no evidence (a reply's first tokens copy nothing): auto
             # starts the timed runs from its priors and this machine's costs
             self.engine.set_planner(None)
         records: list[RunRecord] = []
-        others = [s for s in self.specs if s.kind != "ar"]
-        ar_spec = next(s for s in self.specs if s.kind == "ar")
+        others = [s for s in self.specs if not s.is_reference]
+        ar_spec = next(s for s in self.specs if s.is_reference)
         try:
             for i, (bp, toks) in enumerate(zip(prompts, encoded, strict=True)):
                 records += self._prompt(i, bp, toks, others, ar_spec, progress)
@@ -278,6 +311,10 @@ class Runner:
             if not check.passed and rec.stats.get("finish_reason") == "length":
                 check.why += " (the reply ran out of --max-tokens)"  # a budget too small for the code
             rec.edit = dataclasses.asdict(check)
+        shaped = {p.id: p.problem for p in prompts if p.kind == structured.PROMPT_KIND}
+        for rec in (r for r in records if r.prompt_id in shaped):
+            check = structured.check_reply(shaped[rec.prompt_id], rec.text, rec.stats.get("finish_reason"))
+            rec.structured = dataclasses.asdict(check)
         return records
 
     def _prompt(self, i: int, bp: BenchPrompt, toks: list[int], others: list[MethodSpec],
@@ -286,15 +323,20 @@ class Runner:
         records: list[RunRecord] = []
         k = i % len(others) if others else 0
         order = [ar_spec] + others[k:] + others[:k]
+        schema = structured.schema_of(bp)
+        if schema is not None:
+            order = [s for s in order if s.kind not in LLAMA_CPP_METHODS]  # they take no schema here
+            # compiled before the rows, untimed: each finds it in the engine's cache, ar first as the rest
+            compile_constraint(_constraint(json.dumps(schema)), self.engine.target)
         reference: list[int] | None = None
         ref_text = ""
         for spec in order:
             tokens, text, st, origins, sdict, dec_s, timed_tokens = self.run_one(
-                spec, toks, reference, self.config.max_tokens, bp.stop, seed=i)
+                spec, toks, reference, self.config.max_tokens, bp.stop, seed=i, schema=schema)
             rec = RunRecord(spec.label, bp.id, bp.kind, text, tokens, sdict,
                             len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
                             memory.peak_rss_mib(), _origins=origins, _stats=st)
-            if spec.kind == "ar":
+            if spec.is_reference:
                 reference, ref_text = tokens, text
             self._score(rec, spec, toks, reference, ref_text, st)
             records.append(rec)

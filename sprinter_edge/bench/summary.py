@@ -15,8 +15,9 @@ from .runner import PLAIN_PEER, MethodSpec, RunRecord
 
 # the workloads' names in the report and the plot (another kind shows as itself)
 GROUP_NAMES = {"humaneval": "fresh code (HumanEval)", "edit": "edits", "file_edit": "whole-file edits",
-               "chat": "chat and explanations", "long": "long-context answers"}
-GROUP_ORDER = ("humaneval", "edit", "file_edit", "chat", "long")
+               "chat": "chat and explanations", "long": "long-context answers",
+               "structured": "structured output (JSON schema)"}
+GROUP_ORDER = ("humaneval", "edit", "file_edit", "structured", "chat", "long")
 
 
 def group_name(kind: str) -> str:
@@ -46,7 +47,9 @@ class TaskCheck:
 # the edit field holds both edit workloads' checks: each gets its own pass rate
 TASK_CHECKS = (TaskCheck("humaneval", "pass_at_1", "humaneval_n", "pass"),
                TaskCheck("edit", "edit_pass", "edit_n", "edit", ("edit",)),
-               TaskCheck("edit", "file_edit_pass", "file_edit_n", "file_edit", ("file_edit",)))
+               TaskCheck("edit", "file_edit_pass", "file_edit_n", "file_edit", ("file_edit",)),
+               # structured output: passed = the reply is schema-valid
+               TaskCheck("structured", "structured_valid", "structured_n", "structured"))
 
 
 def sum_stats(items: Sequence[Stats]) -> Stats:
@@ -106,6 +109,9 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
             done = [d for r in recs if (d := check.result(r)) is not None]
             row[check.rate] = sum(d["passed"] for d in done) / len(done) if done else None
             row[check.n] = len(done)
+        shaped = [r for r in recs if r.structured is not None]
+        if shaped:
+            row.update(_structured(shaped))
         edits = [r.edit for r in recs if r.edit is not None]
         if edits:  # [passed, tasks] per edit kind
             row["edit_by_kind"] = {k: [sum(e["passed"] for e in edits if e["kind"] == k),
@@ -124,7 +130,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         rows.append(row)
     for check in TASK_CHECKS:
         _pass_intervals(rows, records, check)
-    ar = next((r for r in rows if r["kind"] == "ar"), None)
+    ar = next((r for r in rows if r["method"] == "ar"), None)  # not ar+free nor ar+prediction
     by_kind = {r["kind"]: r for r in rows if r["method"] == r["kind"]}
     for r in rows:
         r["ratio_vs_ar"] = r["tokens_per_second"] / ar["tokens_per_second"] \
@@ -147,7 +153,7 @@ def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskC
     """A pass rate's 95% Wilson interval, and the paired difference from ar on the same prompts."""
     passed = {(r.method, r.prompt_id): bool(d["passed"]) for r in records
               if (d := check.result(r)) is not None}
-    ar = next((r["method"] for r in rows if r["kind"] == "ar"), None)
+    ar = next((r["method"] for r in rows if r["method"] == "ar"), None)
     for row in rows:
         n = row.get(check.n) or 0
         if not n:
@@ -162,6 +168,22 @@ def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskC
                                          [passed[(ar, p)] for p in ids])
         row[f"{check.prefix}_diff_vs_ar"] = diff
         row[f"{check.prefix}_diff_ci"] = [lo, hi]
+
+
+def _structured(recs: Sequence[RunRecord]) -> dict:
+    """A row's structured-output columns: replies cut by max_tokens, replies whose code block
+    alone is schema-valid, mean field accuracy over the tasks with a truth, and the share of
+    its tokens the grammar gave for free (forced, or fast-forward tokens the target accepted)."""
+    checks = [r.structured for r in recs if r.structured is not None]
+    accuracy = [c["accuracy"] for c in checks if c["accuracy"] is not None]
+    new = sum(r.new_tokens for r in recs)
+    engine = [r.stats for r in recs if r._stats is not None]
+    free = sum(s.get("forced", 0) + s.get("grammar_accepted", 0) for s in engine)
+    return {"structured_length": sum(c["length"] for c in checks),
+            "structured_fenced": sum(c["fenced"] for c in checks),
+            "structured_accuracy": sum(accuracy) / len(accuracy) if accuracy else None,
+            "structured_truth_n": len(accuracy),
+            "forced_share": free / new if engine and new else None}
 
 
 def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:

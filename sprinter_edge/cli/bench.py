@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..bench import costmodel, edits, edits_files
+from ..bench import costmodel, edits, edits_files, structured
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import ALL_METHODS
 from ..errors import SprinterError
@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated, from: {', '.join(ALL_METHODS)} (ar always runs: it is the "
                         "reference; the llama-server rows need tools/build_llama_server.sh, and are "
-                        "left out with one note when it has not run)")
+                        "left out with one note when it has not run); an engine method with '+free' "
+                        "(e.g. ar+free) decodes the --structured tasks without their JSON schema, to "
+                        "show what the constraint buys")
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
                         "'presets' = one row per named preset (quality/balanced/fast), "
@@ -95,6 +97,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--file-edit-kinds", default="", metavar="KIND,...",
                    help="only these whole-file edit kinds, comma-separated: " + ", ".join(edits_files.KINDS)
                         + " (empty = all)")
+    g.add_argument("--structured", type=int, default=0, metavar="N",
+                   help="N structured-output tasks, the first N of one fixed order: extract a standard "
+                        "library function's name, parameters with defaults, whether it returns a value "
+                        "and what it raises into a JSON schema (truth read from its AST), with a "
+                        "schema-only task (enums, bounded numbers, required keys; validity only) at "
+                        f"every {structured.SCHEMA_EVERY}th place; every row but a '+free' one decodes "
+                        "under the schema (llama-server rows send it as json_schema; llama-cpp-python "
+                        "rows skip these tasks); reported: schema-valid replies, replies cut by "
+                        "--max-tokens, field accuracy, share of tokens the grammar gave "
+                        "(0 = none; --max-tokens 256 fits the replies)")
     g.add_argument("--prompts", metavar="FILE",
                    help="extra prompts: one per line, or JSONL with a 'prompt' field")
     g.add_argument("--max-tokens", type=int, default=None,
@@ -152,6 +164,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         raise SprinterError("--edits and --edit-skip must be >= 0")
     if args.file_edits < 0:
         raise SprinterError("--file-edits must be >= 0")
+    if args.structured < 0:
+        raise SprinterError("--structured must be >= 0")
     try:
         edit_kinds = edits.parse_kinds(args.edit_kinds)
     except ValueError as exc:
@@ -171,7 +185,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
         edit_kinds=edit_kinds, edit_skip=args.edit_skip, file_edits=args.file_edits,
-        file_edit_kinds=file_edit_kinds, prompt_file=args.prompts, max_tokens=max_tokens,
+        file_edit_kinds=file_edit_kinds, structured=args.structured, prompt_file=args.prompts,
+        max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
