@@ -44,8 +44,8 @@ def test_tasks_cover_every_kind_and_fit_the_context(tasks: list[edits_files.File
         prompt = edits_files.estimate_tokens(t.prompt)
         assert edits_files.MIN_TOKENS <= prompt <= 2_000, (t.id, prompt)  # about 1-2k tokens of file
         assert prompt + edits_files.reply_tokens(t) <= edits_files.FIT_MARGIN * edits_files.CONTEXT, t.id
-        assert t.prompt.startswith(t.instruction + " " + edits_files.RETURN_FILE + "\n\n```python\n")
-        assert t.prompt.endswith(t.code + "```") and t.code.endswith("\n")
+        assert t.prompt.startswith(t.instruction + "\n\n```python\n" + t.code + "```\n\n")
+        assert t.prompt.endswith(t.instruction + " " + edits_files.RETURN_FILE) and t.code.endswith("\n")
         assert t.cases and all(isinstance(ast.parse(a, mode="eval").body, ast.Tuple) for _, a in t.cases)
         assert t.original == edits_files.file_source(t.module).code  # type: ignore[union-attr]
         if t.kind == "fix_bug":

@@ -79,7 +79,7 @@ MIN_TOKENS = 750  # of code, by `estimate_tokens`: with the instruction, a promp
 CONTEXT = 4096  # the bench's default --ctx: a prompt and its reply must fit, by the estimate
 FIT_MARGIN = 0.93  # of CONTEXT: room for the estimate's error (within 10% on stdlib code)
 HINT_TOKENS = 12  # what type hints add to a function, at most, in the reply
-INSTRUCTION_TOKENS = 60  # the longest instruction, with the chat template around the prompt
+INSTRUCTION_TOKENS = 100  # the longest instruction twice, with the chat template around the prompt
 _MIN_CHARS, _MAX_CHARS = 2_000, 8_000  # no file outside these fits (a quick test before the estimate)
 BUILD_TIMEOUT = 20.0  # seconds for a probe or a check at build time
 MAX_MUTATIONS = 16  # planted bugs tried per file before the file is left out of fix_bug
@@ -127,8 +127,11 @@ class FileEditTask:
 
     @property
     def prompt(self) -> str:
-        """What the user types: the instruction, then the file in a fenced block."""
-        return f"{self.instruction} {RETURN_FILE}\n\n```python\n{self.code}```"
+        """What the user types: the instruction, the file in a fenced block, and the instruction
+        again (after 1-2k tokens of code the 1.5B target forgot an instruction given only
+        before it: 1 of 8 files edited with `ar`, 2 of 8 with it repeated, 2026-12-02)."""
+        return (f"{self.instruction}\n\n```python\n{self.code}```\n\n"
+                f"{self.instruction} {RETURN_FILE}")
 
     @property
     def check_kind(self) -> str:
