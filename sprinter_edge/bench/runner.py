@@ -40,6 +40,8 @@ SWEPT = tuple(m for m in METHODS if not get_strategy(m).exact and get_strategy(m
 LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
 PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
 ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+# `auto+prediction`: the method with the edit's input code as OpenAI's Predicted Output
+PREDICTION = "+prediction"
 # `ar+free`: the method without the structured prompts' JSON schema (what the constraint buys)
 FREE = "+free"
 # a peer row's own plain decoding, for its "vs own plain" ratio
@@ -56,12 +58,13 @@ class MethodSpec:
     threshold: float | None = None
     preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
     verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
+    prediction: bool = False  # edits: the input code sent as the client's predicted output
     free: bool = False  # structured prompts: decoded without their JSON schema
 
     @property
     def is_reference(self) -> bool:
         """The `ar` row every ratio and agreement column is taken against."""
-        return self.kind == "ar" and not self.free
+        return self.kind == "ar" and not (self.prediction or self.free)
 
     @property
     def engine_method(self) -> str:
@@ -89,6 +92,13 @@ def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
     those rows once per verifier in `verifiers` (labelled `[spec]`) when more than one."""
     specs: list[MethodSpec] = []
     for name in names:
+        base = name.removesuffix(PREDICTION)
+        if base != name:  # an engine method with the edit's input as its Predicted Output
+            if base not in METHODS:
+                raise ValueError(f"{name!r}: only the engine's methods take a prediction "
+                                 f"({', '.join(METHODS)})")
+            specs.append(MethodSpec(name, base, prediction=True))
+            continue
         base = name.removesuffix(FREE)
         if base != name:  # an engine method that ignores the structured prompts' schema
             if base not in METHODS:
@@ -234,20 +244,23 @@ class Runner:
 
     def _run_engine(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
                     max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0,
-                    constraint: Constraint | None = None) -> tuple[list[int], str, Stats, list[Origin]]:
+                    prediction: str | None = None, constraint: Constraint | None = None
+                    ) -> tuple[list[int], str, Stats, list[Origin]]:
         verifier = self._verifier(spec, reference)
         threshold = 0.5 if spec.kind == "oracle" else spec.threshold
         point = (OperatingPoint(threshold=threshold) if threshold is not None
                  else OperatingPoint(preset=spec.preset) if spec.preset else None)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop,
-                                seed=self.config.seed + seed, constraint=constraint)
+                                seed=self.config.seed + seed, prediction=prediction,
+                                constraint=constraint)
         self.engine.reset_caches()  # every row pays its own prefill: comparable TTFT
         res = self.engine.generate(prompt, params, method=spec.engine_method, operating_point=point,
                                    verifier=verifier)
         return res.token_ids, res.text, res.stats, res.origins
 
     def run_one(self, spec: MethodSpec, prompt: list[int], reference: list[int] | None,
-                max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0, schema: dict | None = None
+                max_tokens: int, stop: tuple[str, ...] = (), seed: int = 0, prediction: str | None = None,
+                schema: dict | None = None
                 ) -> tuple[list[int], str, Stats | None, list[Origin], dict, float, float]:
         """One row on one prompt; `schema`: the JSON schema its reply must follow (a structured
         prompt), sent to every row but a `+free` one."""
@@ -270,7 +283,7 @@ class Runner:
                     max(r.new_tokens - 1, 0))
         constraint = _constraint(json.dumps(schema)) if schema is not None else None
         tokens, text, st, origins = self._run_engine(spec, prompt, reference, max_tokens, stop, seed,
-                                                     constraint)
+                                                     prediction if spec.prediction else None, constraint)
         return tokens, text, st, origins, st.to_dict(), st.timings.decode_seconds, st.new_tokens
 
     # ------------------------------------------------------------------ the loop
@@ -332,7 +345,8 @@ class Runner:
         ref_text = ""
         for spec in order:
             tokens, text, st, origins, sdict, dec_s, timed_tokens = self.run_one(
-                spec, toks, reference, self.config.max_tokens, bp.stop, seed=i, schema=schema)
+                spec, toks, reference, self.config.max_tokens, bp.stop, seed=i,
+                prediction=edits.predicted_output(bp), schema=schema)
             rec = RunRecord(spec.label, bp.id, bp.kind, text, tokens, sdict,
                             len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
                             memory.peak_rss_mib(), _origins=origins, _stats=st)

@@ -39,9 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated, from: {', '.join(ALL_METHODS)} (ar always runs: it is the "
                         "reference; the llama-server rows need tools/build_llama_server.sh, and are "
-                        "left out with one note when it has not run); an engine method with '+free' "
-                        "(e.g. ar+free) decodes the --structured tasks without their JSON schema, to "
-                        "show what the constraint buys")
+                        "left out with one note when it has not run); an engine method with "
+                        "'+prediction' (e.g. auto+prediction) sends each edit's input code as the "
+                        "Predicted Output; one with '+free' (e.g. ar+free) decodes the --structured "
+                        "tasks without their JSON schema, to show what the constraint buys")
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
                         "'presets' = one row per named preset (quality/balanced/fast), "
