@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend.llama import LlamaModel, LoadOptions
+from .backend.llama import LlamaModel, LoadOptions, common_prefix
+from .backend.prompt_cache import PromptCache
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
+from .costs.table import CostTable, cached_file_costs, machine_costs
 from .decoding import DecodeContext, Generation, GenerationResult, PointUsed, Stats, Strategy
 from .decoding.sampling import Sampler, SamplingParams
 from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
@@ -69,7 +71,9 @@ class Engine:
 
     Decoding settings (method, operating point, run cap, draft length) belong to the engine;
     sampling settings (length, temperature, top-k/p, seed, stop texts) to each call, as one
-    `SamplingParams`."""
+    `SamplingParams`. With `method="auto"` the draft loads only when a plan drafts.
+    `prompt_cache_mib` > 0 keeps the KV of earlier prompts in that much RAM, so a conversation
+    resumed after another one's request reads only its new tokens (0, the default: off)."""
 
     def __init__(
         self,
@@ -85,6 +89,7 @@ class Engine:
         run_cap: int | None = 20,
         draft_len: int = 4,
         pair: PairSpec | None = None,
+        prompt_cache_mib: float = 0,
     ):
         self.target_path = Path(target_path)
         self.draft_path = Path(draft_path) if draft_path else None
@@ -99,6 +104,12 @@ class Engine:
         self._verifier: Verifier | None = None
         self._warned: set[tuple[object, ...]] = set()  # what `_warn_once` has said
         self._planner: Planner | None = None
+        if prompt_cache_mib < 0:
+            raise SettingsError(f"prompt_cache_mib must be >= 0 (0: off), not {prompt_cache_mib}")
+        # Off by default here: a library should not hold up to that much RAM unasked, and one
+        # conversation at a time (scripts, the bench) reuses the live KV anyway; the server and
+        # the chat REPL turn it on (--cache-ram)
+        self.prompt_cache = PromptCache.of_mib(prompt_cache_mib) if prompt_cache_mib > 0 else None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -136,13 +147,41 @@ class Engine:
 
     @property
     def draft(self) -> LlamaModel:
+        """The draft, loaded (and checked against the target's tokenizer) on first use."""
         if self.draft_path is None:
             raise SprinterError("no draft model configured")
         if self._draft is None:
-            self._draft = LlamaModel(self.draft_path, self.hardware.options("draft"))
+            log.info("loading the draft %s", self.draft_path.name)
+            draft = LlamaModel(self.draft_path, self.hardware.options("draft"))
             if self._target is not None:
-                check_same_tokenizer(self._draft, self._target)
+                try:
+                    check_same_tokenizer(draft, self._target)
+                except TokenizerMismatchError:
+                    draft.close()
+                    raise
+            self._draft = draft
         return self._draft
+
+    def _draft_for_plan(self) -> LlamaModel:
+        """The draft for a plan that drafts (`auto` loads it only then)."""
+        if self._draft is None:
+            log.info("the plan drafts: loading the draft model now")
+        return self.draft
+
+    def _draft_costs(self) -> CostTable:
+        """The draft's decode costs for the planner: from the cache without loading the draft
+        when an earlier load of the same file recorded them (its tokenizer checked against the
+        target's from that record), else from the loaded draft (measured if need be)."""
+        assert self.draft_path is not None
+        if self._draft is None:
+            found = cached_file_costs(self.draft_path, self.hardware.options("draft"))
+            if found is not None:
+                target = self.target
+                if found.n_vocab != target.n_vocab or found.tokenizer_hash != target.tokenizer_hash():
+                    raise TokenizerMismatchError(tokenizer_mismatch(
+                        self.draft_path.name, found.n_vocab, target.path.name, target.n_vocab))
+                return found.table
+        return machine_costs(self.draft)
 
     @property
     def text_model(self) -> LlamaModel:
@@ -178,9 +217,11 @@ class Engine:
         """The `auto` planner: this machine's decode costs (measured once, cached on disk) and
         what the pair's replies have shown so far."""
         if self._planner is None:
-            draft = self.draft if self.draft_path is not None else None
-            # the verifier (its cost, its flag-rate prior) matters only where SPRINTER may run
-            scored = draft is not None and self._scores_drafts(get_strategy(self.settings.method))
+            # the verifier (its cost, its flag-rate prior) matters only where SPRINTER may run,
+            # and needs the draft loaded; otherwise the draft's cost table is enough
+            scored = self.draft_path is not None and self._scores_drafts(get_strategy(self.settings.method))
+            draft: LlamaModel | CostTable | None = (
+                self.draft if scored else self._draft_costs() if self.draft_path is not None else None)
             self._planner = make_planner(
                 self.target, draft, self.verifier if scored else None,
                 self.threshold() if scored else None, self.settings.run_cap,
@@ -218,12 +259,23 @@ class Engine:
         return (point or self.settings.point).resolve(verifier or self.verifier, domain, regime)
 
     def reset_caches(self) -> None:
-        """Empty both KV caches (the next call reads its prompt from scratch)."""
+        """Empty both KV caches and the prompt cache (the next call reads its prompt from
+        scratch)."""
+        if self.prompt_cache is not None:
+            self.prompt_cache.clear()
         for m in (self._draft, self._target):
             if m is not None:
                 m.reset()
 
+    def reusable_prefix(self, model: LlamaModel, tokens: list[int]) -> int:
+        """Tokens of `tokens` that `model` will not read again: its live KV or a kept state."""
+        if self.prompt_cache is not None:
+            return self.prompt_cache.reusable(model, tokens)
+        return common_prefix(model.tokens, tokens)
+
     def close(self) -> None:
+        if self.prompt_cache is not None:
+            self.prompt_cache.clear()
         for m in (self._draft, self._target):
             if m is not None:
                 m.close()
@@ -284,7 +336,10 @@ class Engine:
         tokens = self._prompt_ids(prompt, chat)
         point = operating_point or self.settings.point
         target = self.target if strategy.needs_target else None
-        draft = self.draft if self._uses_draft(strategy) else None
+        # `auto` loads the draft when a plan drafts (its first one, or a switch): a one-model
+        # plan never pays for it; a method that drafts from the start loads it now
+        lazy = strategy.needs_costs and self._draft is None and target is not None
+        draft = self.draft if self._uses_draft(strategy) and not lazy else None
         n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
         margin = 2 + self.settings.draft_len
         if len(tokens) + margin > n_ctx:
@@ -298,6 +353,8 @@ class Engine:
         ctx = DecodeContext(
             target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
             max_new_tokens=budget, run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
+            draft_loader=self._draft_for_plan if lazy and self._uses_draft(strategy) else None,
+            prompt_cache=self.prompt_cache,
         )
         if params.constraint is not None:  # a fresh matcher: the state of the empty reply
             from .grammar import compile as compile_constraint
@@ -317,7 +374,7 @@ class Engine:
         elif asked and not ctx.approximate_ok:
             log.info("%s request: %s keeps to exact plans whatever the operating point "
                      "(SPRINTER skips edits)", ctx.kind, strategy.name)
-        if strategy.needs_verifier and draft is not None and ctx.approximate_ok:
+        if strategy.needs_verifier and ctx.has_draft and ctx.approximate_ok:
             ctx.verifier = verifier or self.verifier
             domain = prompt_domain(request)
             regime = "greedy" if params.greedy else "sampled"
@@ -376,8 +433,11 @@ class Engine:
 
 def check_same_tokenizer(draft: LlamaModel, target: LlamaModel) -> None:
     if draft.n_vocab != target.n_vocab or draft.tokenizer_hash() != target.tokenizer_hash():
-        raise TokenizerMismatchError(
-            f"draft {draft.path.name} and target {target.path.name} do not share a tokenizer "
-            f"(vocab {draft.n_vocab} vs {target.n_vocab}); speculative decoding needs one "
-            "vocabulary. Pick a draft from the target's model family."
-        )
+        raise TokenizerMismatchError(tokenizer_mismatch(draft.path.name, draft.n_vocab,
+                                                        target.path.name, target.n_vocab))
+
+
+def tokenizer_mismatch(draft: str, draft_vocab: int, target: str, target_vocab: int) -> str:
+    return (f"draft {draft} and target {target} do not share a tokenizer "
+            f"(vocab {draft_vocab} vs {target_vocab}); speculative decoding needs one "
+            "vocabulary. Pick a draft from the target's model family.")

@@ -130,6 +130,7 @@ class LlamaModel:
         self.eot_id = llama_cpp.llama_vocab_eot(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.last_decoded = 0  # tokens decoded by the last eval()
+        self.decoded_tokens = 0  # tokens decoded since load (what prompt reuse saves shows here)
         self.output_rows = 0  # rows of logits llama.cpp computed so far (what a batch pays for)
         self.tokens: list[int] = []  # exactly what the KV cache holds, positions 0..n-1
 
@@ -284,6 +285,7 @@ class LlamaModel:
         self._decode(tokens[head:], start + head, n_logits, embeddings=hidden)
         self.tokens.extend(tokens)
         self.last_decoded = n
+        self.decoded_tokens += n
 
         rows = range(last_len - n_logits, last_len)
         logits = np.empty((n_logits, self.n_vocab), dtype=np.float32)
@@ -330,6 +332,28 @@ class LlamaModel:
 
     def reset(self) -> None:
         self.rollback(0)
+
+    def save_state(self) -> ctypes.Array[ctypes.c_uint8] | None:
+        """A copy of the KV cache's state (what `tokens` describes), or None when llama.cpp
+        gives none."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, 0)
+        if size <= 0:
+            return None
+        buf = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(self._ctx, buf, size, 0) != size:
+            return None
+        return buf
+
+    def load_state(self, state: ctypes.Array[ctypes.c_uint8], tokens: list[int]) -> bool:
+        """Replace the KV cache with a state `save_state` took when it held `tokens`. False when
+        llama.cpp refuses it: the cache is then empty."""
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        self.tokens = []
+        if not llama_cpp.llama_state_seq_set_data(self._ctx, state, len(state), 0):
+            llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+            return False
+        self.tokens = list(tokens)
+        return True
 
     def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
         """Make the KV cache hold exactly `context` and return the last `n_logits` rows.

@@ -14,7 +14,14 @@ from ..errors import ContextOverflowError, SprinterError
 from ..methods import METHODS, get_strategy
 from ..serving.chat_session import ChatSession
 from ..verifiers.operating_point import OperatingPoint
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
+from .common import (
+    add_cache_ram_arg,
+    add_decoding_args,
+    add_hardware_args,
+    add_model_args,
+    engine_from,
+    sampling_from,
+)
 
 PROMPT = ">>> "
 HELP = """commands:
@@ -38,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep the line-editing history (up arrow) in FILE across sessions")
     p.add_argument("--show-stats", action="store_true",
                    help="print a one-line summary of the counters after every reply")
+    add_cache_ram_arg(p)
     add_decoding_args(p)
     add_model_args(p)
     add_hardware_args(p)

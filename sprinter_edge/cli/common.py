@@ -107,6 +107,13 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
                             "look-arounds)")
 
 
+def add_cache_ram_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-ram", type=float, default=1024, metavar="MIB",
+                   help="RAM for the KV state of recent prompts, kept across requests and "
+                        "conversations: a turn after another conversation's request reads only its "
+                        "new tokens, as llama-server's --cache-ram (default: %(default)s; 0: off)")
+
+
 def read_text(path: str, what: str) -> str:
     """A text file the user named, or one clear error."""
     try:
@@ -176,6 +183,7 @@ def engine_from(args: argparse.Namespace, *, method: str | None = None) -> Engin
         max_fp_rate=getattr(args, "max_fp_rate", None),
         run_cap=run_cap or None,  # the CLI's 0 means no cap
         draft_len=getattr(args, "draft_len", 4),
+        prompt_cache_mib=getattr(args, "cache_ram", 0),
     )
     if args.target:
         return Engine.from_files(args.draft, args.target, **kwargs)

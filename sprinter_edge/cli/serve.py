@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_decoding_args, add_hardware_args, add_model_args, engine_from, sampling_from
+from .common import (
+    add_cache_ram_arg,
+    add_decoding_args,
+    add_hardware_args,
+    add_model_args,
+    engine_from,
+    sampling_from,
+)
 from .extras import require
 
 
@@ -26,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "target file name without .gguf)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                    help="uvicorn log level (default: %(default)s)")
+    add_cache_ram_arg(p)
     add_decoding_args(p)
     add_model_args(p)
     add_hardware_args(p)

@@ -221,29 +221,88 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def cost_key(model: Any) -> dict[str, Any]:
-    """Everything a decode cost depends on."""
+def _machine_key(options: Any) -> dict[str, Any]:
+    """What a decode cost depends on besides the model: build, CPU and load options."""
     from ..backend import native
 
-    opts = model.options
     return {"format": FORMAT, "llama_cpp": native.llama_cpp_version(), "build": native.system_info(),
-            "cpu": cpu_name(), "machine": platform.machine(), "model": model.fingerprint(),
-            "threads": opts.threads(), "gpu_layers": opts.n_gpu_layers, "n_batch": opts.n_batch,
-            "extra_buffers": not native.avoid_extra_buffers(), "mmap": opts.use_mmap,
+            "cpu": cpu_name(), "machine": platform.machine(),
+            "threads": options.threads(), "gpu_layers": options.n_gpu_layers, "n_batch": options.n_batch,
+            "extra_buffers": not native.avoid_extra_buffers(), "mmap": options.use_mmap}
+
+
+def cost_key(model: Any) -> dict[str, Any]:
+    """Everything a decode cost depends on."""
+    return {**_machine_key(model.options), "model": model.fingerprint(),
             "depths": list(depths_for(model))}
+
+
+def file_key(path: Path, options: Any) -> dict[str, Any]:
+    """`cost_key` told from the file and its load options, without loading the model: the file's
+    identity stands in for the fingerprint (which needs the loaded weights' shape) and the
+    requested context size for the depths (llama.cpp may round the size up)."""
+    st = path.stat()
+    return {**_machine_key(options), "file": [str(path.resolve()), st.st_size, st.st_mtime_ns],
+            "n_ctx": options.n_ctx}
+
+
+def _digest(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class FileCosts:
+    """A model file's cached costs and what its tokenizer was, found without loading it."""
+
+    table: CostTable
+    n_vocab: int
+    tokenizer_hash: str
+
+
+def cached_file_costs(path: Path, options: Any) -> FileCosts | None:
+    """The cached costs of the model in `path` loaded with `options`, when an earlier load of the
+    same file with the same options recorded them (`machine_costs` does); None otherwise."""
+    try:
+        alias = json.loads((cache_dir() / "files" / f"{_digest(file_key(path, options))}.json").read_text())
+        data = json.loads((cache_dir() / alias["costs"]).read_text())
+        table = CostTable.from_dict(data["costs"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.debug("no usable cost alias for %s: %s", path, exc)
+        return None
+    table.make_monotone()
+    return FileCosts(table, int(alias["n_vocab"]), str(alias["tokenizer"]))
+
+
+def _record_file(model: Any, costs_file: str) -> None:
+    """Point the file's load-free key at its cost table, so a later engine can price the model
+    without loading it (`cached_file_costs`)."""
+    path = cache_dir() / "files" / f"{_digest(file_key(model.path, model.options))}.json"
+    if path.is_file():
+        return
+    record = {"costs": costs_file, "n_vocab": model.n_vocab, "tokenizer": model.tokenizer_hash()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("cannot record the cost table of %s in %s: %s", model.path.name, path, exc)
 
 
 def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 2,
                   *, refresh: bool = False) -> CostTable:
     """This machine's costs for `model`, from the cache or measured now (a few seconds)."""
     key = cost_key(model)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    digest = _digest(key)
     path = cache_dir() / f"{digest}.json"
     if not refresh and path.is_file():
         try:
             data = json.loads(path.read_text())
             table = CostTable.from_dict(data["costs"])
             table.make_monotone()
+            _record_file(model, path.name)
             return table
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring unreadable cost cache %s: %s", path, exc)
@@ -257,6 +316,7 @@ def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"key": key, "costs": table.to_dict()}, indent=1))
         tmp.replace(path)
+        _record_file(model, path.name)
     except OSError as exc:
         log.warning("cannot cache decode costs in %s: %s", path, exc)
     return table

@@ -4,12 +4,14 @@ counts every call), the sampler, the verifier, this machine's costs and the evid
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..backend.llama import DecodeOutput, LlamaModel
+from ..backend.prompt_cache import PromptCache
 from ..costs import Costs, Evidence
 from ..numerics import token_logprobs
 from ..verifiers.base import Verifier
@@ -38,7 +40,7 @@ class DecodeContext:
     """One reply's decoding state, handed to its strategy and the strategy's proposer."""
 
     target: LlamaModel | None
-    draft: LlamaModel | None
+    draft: LlamaModel | None  # None with a `draft_loader`: not loaded yet
     sampler: Sampler
     stats: Stats
     max_new_tokens: int
@@ -58,6 +60,10 @@ class DecodeContext:
     grammar: Matcher | None = None
     # one entry per committed token, in order, when sampler.params.logprobs is not None
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    # loads the draft on first use (`auto` keeps a one-model plan from paying for it); it checks
+    # the draft's tokenizer against the target's before any of its tokens is used
+    draft_loader: Callable[[], LlamaModel] | None = None
+    prompt_cache: PromptCache | None = None  # KV states of earlier prompts, restored by prefill
     _scored: list[int] | None = field(default=None, init=False, repr=False)  # prompt + recorded
 
     def record_target(self, row: np.ndarray, token: int) -> None:
@@ -73,6 +79,18 @@ class DecodeContext:
         logprob, top = token_logprobs(row, token, k)
         self.logprobs.append(TokenLogprob(token, logprob, tuple(top)))
         self._scored.append(token)
+
+    @property
+    def has_draft(self) -> bool:
+        """A draft is loaded, or can be."""
+        return self.draft is not None or self.draft_loader is not None
+
+    def load_draft(self) -> LlamaModel:
+        """The draft, loaded now if it is not yet."""
+        if self.draft is None:
+            assert self.draft_loader is not None, "no draft model"
+            self.draft = self.draft_loader()
+        return self.draft
 
     @property
     def remaining(self) -> int:
@@ -91,9 +109,9 @@ class DecodeContext:
         return out
 
     def draft_step(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
-        assert self.draft is not None
+        draft = self.load_draft()
         t0 = time.perf_counter()
-        out = self.draft.sync(context, n_logits=n_logits, hidden=hidden)
+        out = draft.sync(context, n_logits=n_logits, hidden=hidden)
         self.stats.timings.draft_seconds += time.perf_counter() - t0
         self.stats.counters.draft_calls += 1
         n = self.draft.last_decoded

@@ -151,6 +151,8 @@ class Generation:
             # Prefill: every model reads the prompt but its last token, which the first
             # decode of each strategy reads with its logits.
             for model in self.strategy.prefill_models(ctx):
+                if ctx.prompt_cache is not None:  # a longer prefix kept from an earlier request
+                    ctx.prompt_cache.prepare(model, self.prompt[:-1])
                 model.sync(self.prompt[:-1], n_logits=0)
             timings.prefill_seconds = time.perf_counter() - t_start
             if ctx.max_new_tokens <= 0:

@@ -42,7 +42,7 @@ class Auto(Strategy):
 
     def scores_every_token(self, ctx: DecodeContext) -> bool:
         """Exact unless it may run sprinter (a draft, and the caller chose an operating point)."""
-        return ctx.draft is None or not ctx.approximate_ok
+        return not ctx.has_draft or not ctx.approximate_ok
 
     def _planner(self) -> Planner:
         assert self.planner is not None, "auto needs a planner (Engine provides one)"
@@ -54,8 +54,8 @@ class Auto(Strategy):
         self.plan, why = planner.best(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens)
         ctx.stats.trace.plan, ctx.stats.trace.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
-        if strategy_of(self.plan).uses_draft and ctx.draft is not None:
-            models.append(ctx.draft)
+        if strategy_of(self.plan).uses_draft and ctx.has_draft:
+            models.append(ctx.load_draft())
         return models
 
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
@@ -110,8 +110,9 @@ class Auto(Strategy):
             return None
         current_ms = planner.ms_of(plan, ctx.kind, len(seq))
         behind = 0
-        if strategy_of(best).uses_draft and ctx.draft is not None:
-            behind = len(seq) - common_prefix(ctx.draft.tokens, seq)
+        if strategy_of(best).uses_draft and ctx.has_draft:
+            # a draft not loaded yet reads the whole sequence (its load time is not priced)
+            behind = len(seq) - (common_prefix(ctx.draft.tokens, seq) if ctx.draft is not None else 0)
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
         if gain_ms <= planner.switch_ms(behind, to_draft=True, depth=len(seq)) or \
                 best.ms_per_token > current_ms * (1 - SWITCH_GAIN):

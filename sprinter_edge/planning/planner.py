@@ -266,13 +266,17 @@ def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold
     """A planner for these loaded models: costs from the cache (or measured now), the verifier's
     own cost timed here, and acceptance priors from the best source there is: the pair's
     on-policy measurements (`acceptance` in models/pairs.toml), else the verifier's calibration
-    table (off-policy: it flags more than SPRINTER's own runs do), else generic values."""
+    table (off-policy: it flags more than SPRINTER's own runs do), else generic values.
+    `draft` may be the draft's cost table instead of the model (priced without loading it); a
+    verifier needs the model."""
     from ..costs import machine_costs
 
-    planner = Planner.of(machine_costs(target), machine_costs(draft) if draft is not None else None,
-                         max_run_cap=max_run_cap)
+    draft_costs = draft if isinstance(draft, CostTable) or draft is None else machine_costs(draft)
+    planner = Planner.of(machine_costs(target), draft_costs, max_run_cap=max_run_cap)
     if draft is None or verifier is None:
         return planner
+    if isinstance(draft, CostTable):
+        raise TypeError("timing a verifier needs the draft model, not its cost table")
     planner.verifier_ms = time_verifier(verifier, draft)
     rows = getattr(verifier, "calibration", None)
     ev = planner.evidence

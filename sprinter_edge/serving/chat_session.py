@@ -85,7 +85,9 @@ class ChatSession:
             models.append(self.engine.target)
         if strategy.needs_draft:
             models.append(self.engine.draft)
-        return min(common_prefix(m.tokens, tokens) for m in models)
+        # the prefill reads tokens[:-1]: a kept state counts up to there
+        return min(max(common_prefix(m.tokens, tokens), self.engine.reusable_prefix(m, tokens[:-1]))
+                   for m in models)
 
     # ------------------------------------------------------------------ turns
     def send(self, text: str) -> Generation:

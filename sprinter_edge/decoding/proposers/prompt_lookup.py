@@ -190,7 +190,7 @@ class PromptLookup(Proposer):
         assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
         costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
         stage = self.stage
-        if stage is not False and ctx.draft is not None and costs.draft is not None:
+        if stage is not False and ctx.has_draft and costs.draft is not None:
             k_staged, staged_ms = best_staged_length(a, stop - end, costs.target, costs.draft)
             if stage is None:
                 stage = staged_ms < min(best_length(a, stop - end, costs.target)[1], costs.target.cost(1))
