@@ -127,6 +127,9 @@ def test_greedy_exact_methods_match_constrained_ar(engine: Engine, text: str) ->
         assert c.forced - result.origins.count(Origin.FORCED) in (0, 1), method
         d = result.stats.to_dict()
         assert {"forced", "grammar_proposed", "grammar_accepted"} <= set(d)
+        # the grammar's own time: some, and within what decoding left to the model calls
+        t = result.stats.timings
+        assert 0 < d["grammar_seconds"] <= round(t.overhead_seconds, 4) + 1e-4, (method, d)
 
 
 def test_lookup_spans_are_cut_where_the_grammar_rejects_them(engine: Engine) -> None:
@@ -193,6 +196,7 @@ def test_unconstrained_counters_stay_zero(engine: Engine) -> None:
     result = engine.generate(PROMPTS[0], SamplingParams(max_tokens=16), method="sd")
     c = result.stats.counters
     assert c.forced == c.grammar_proposed == c.grammar_accepted == 0
+    assert result.stats.timings.grammar_seconds == 0
 
 
 # ---------------------------------------------------------------------------- sampled

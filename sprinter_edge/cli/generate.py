@@ -58,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
         if point.threshold is not None:
             print(f"[verifier] {point.verifier} at threshold {point.threshold:g} (a {point.domain} "
                   "request)", file=sys.stderr)
-        if c.forced or c.grammar_proposed:
+        t = s.timings
+        if c.forced or c.grammar_proposed or t.grammar_seconds:
             print(f"[grammar] {c.forced} tokens forced (no target test), {c.grammar_accepted} of "
-                  f"{c.grammar_proposed} fast-forward tokens accepted", file=sys.stderr)
+                  f"{c.grammar_proposed} fast-forward tokens accepted, {t.grammar_seconds * 1e3:.1f} "
+                  f"ms in the grammar ({t.grammar_seconds / t.decode_seconds:.1%} of decoding)",
+                  file=sys.stderr)
         if s.prediction is not None:
             print(f"[prediction] {s.prediction.accepted_prediction_tokens} predicted tokens used, "
                   f"{s.prediction.rejected_prediction_tokens} not", file=sys.stderr)

@@ -5,7 +5,8 @@ Each part has one writer:
 - `Counters` proposals and tests (`add_round`): the loop, once per round;
 - `Counters` calls, `CallLog` and `Timings` model seconds: the context's meter around each
   model call;
-- `Timings` prefill, first token, total: the driver;
+- `Timings` prefill, first token, total: the driver; grammar: the driver, from the matcher's
+  clock (every Matcher method times itself, grammar/engine.py);
 - `PlanTrace`: `auto`; `OperatingPoint`: the engine, when SPRINTER may run.
 `Stats.to_dict` flattens them into one JSON object (the bench's, the server's and the CLI's).
 """
@@ -128,6 +129,9 @@ class Timings:
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     verifier_seconds: float = 0.0
+    # constrained: inside the grammar (masks, consuming, fast-forward, rollback); counted in
+    # overhead_seconds too, which is the time outside the model calls and the verifier
+    grammar_seconds: float = 0.0
     total_seconds: float = 0.0
 
     @property

@@ -212,6 +212,8 @@ class Generation:
             if steps is not None:
                 steps.close()
             timings.total_seconds = busy + time.perf_counter() - t_resumed
+            if ctx.grammar is not None:  # the matcher is the reply's own (fresh per request)
+                timings.grammar_seconds = ctx.grammar.clock.seconds
             stats.finish_reason = finish
             if ctx.prediction:
                 stats.prediction = PredictionUsage.of(ctx.prediction, token_ids)

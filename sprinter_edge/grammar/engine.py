@@ -18,6 +18,10 @@ The token table differs from `llguidance.llamacpp.lltokenizer_from_vocab` in two
   a spelling the model never writes. llama.cpp tokenizes USER_DEFINED tokens out of plain text
   (even with parse_special off), so as text they match both the one token and the pieces.
 
+Time: every Matcher method that works the grammar (masks, consuming, fast-forward, rollback,
+copies) adds its wall time to the matcher's `clock`, shared with its copies, so a reply's grammar
+seconds are known whichever part of the decoding loop called it (Timings.grammar_seconds).
+
 End of generation: the table's EOS set is every token llama.cpp calls end-of-generation
 (`llama_vocab_is_eog`; Qwen2.5: `<|endoftext|>`, `<|im_end|>` and the FIM end tokens), the set
 the decoding loop stops on, so the mask allows all of them exactly where the grammar may end.
@@ -26,11 +30,14 @@ the decoding loop stops on, so the mask allows all of them exactly where the gra
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import llguidance
 import numpy as np
@@ -146,14 +153,46 @@ def compile(constraint: Constraint, model: LlamaModel) -> Matcher:
     return Matcher(template.deep_copy(), tok, constraint)
 
 
+class GrammarClock:
+    """Wall seconds spent inside a reply's matcher and its copies. A method that calls another
+    (masks_along -> consume) is timed once, at the outer call."""
+
+    __slots__ = ("seconds", "_depth")
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._depth = 0
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _timed(method: Callable[Concatenate[Matcher, _P], _R]) -> Callable[Concatenate[Matcher, _P], _R]:
+    @functools.wraps(method)
+    def timed(self: Matcher, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        clock = self.clock
+        if clock._depth:
+            return method(self, *args, **kwargs)
+        clock._depth = 1
+        t0 = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            clock.seconds += time.perf_counter() - t0
+            clock._depth = 0
+    return timed
+
+
 class Matcher:
     """The state of one constraint over one reply. `mask()` is what may come next; `consume`
     moves on; `rollback` undoes the last tokens (speculation: consume a proposal, roll back
     what the target rejected). A token the grammar rejects leaves the state as it was."""
 
     def __init__(self, matcher: llguidance.LLMatcher, tokenizer: VocabTokenizer,
-                 constraint: Constraint):
+                 constraint: Constraint, clock: GrammarClock | None = None):
         self._m = matcher
+        self.clock = clock if clock is not None else GrammarClock()
         self.tokenizer = tokenizer
         self.constraint = constraint
         self.n_vocab = tokenizer.n_vocab
@@ -171,10 +210,12 @@ class Matcher:
         """Tokens consumed."""
         return len(self._steps)
 
+    @_timed
     def accepting(self) -> bool:
         """The grammar may end here: the mask allows the end-of-generation tokens."""
         return self.done() or bool(self._m.is_accepting())
 
+    @_timed
     def done(self) -> bool:
         """Stopped: nothing but end-of-generation may follow."""
         return bool(self._m.is_stopped())
@@ -201,13 +242,16 @@ class Matcher:
             self._mask = bits
         return self._mask
 
+    @_timed
     def mask(self) -> np.ndarray:
         """bool[n_vocab]: the tokens allowed next (read-only; computed once per state)."""
         return self._compute()
 
+    @_timed
     def allowed(self, token: int) -> bool:
         return 0 <= token < self.n_vocab and bool(self._compute()[token])
 
+    @_timed
     def forced(self) -> int | None:
         """The one token the mask allows, if it allows exactly one."""
         self._compute()
@@ -220,6 +264,7 @@ class Matcher:
         tok = int(words[0]) * 32 + w.bit_length() - 1
         return tok if tok < self.n_vocab else None
 
+    @_timed
     def masks_along(self, tokens: list[int]) -> np.ndarray:
         """bool[len(tokens) + 1, n_vocab]: the mask here and after each of `tokens` (a draft
         the target checks in one batch: row i constrains its logits at draft position i). Rows
@@ -235,6 +280,7 @@ class Matcher:
         self.rollback(moved)
         return out
 
+    @_timed
     def ff_tokens(self) -> list[int]:
         """llguidance's fast-forward tokens: text the grammar forces from here, tokenized as
         the model would (its last tokens left out where a longer token could span past the
@@ -244,6 +290,7 @@ class Matcher:
         return list(self._m.compute_ff_tokens())
 
     # ------------------------------------------------------------------ moving
+    @_timed
     def consume(self, tokens: list[int]) -> int:
         """Consume `tokens` in order up to the first one the grammar rejects; returns how many
         were accepted (the state moves over those only)."""
@@ -262,12 +309,14 @@ class Matcher:
             self._mask = None
         return accepted
 
+    @_timed
     def validate(self, tokens: list[int]) -> int:
         """How many of `tokens` `consume` would accept, leaving the state as it is."""
         n = self.consume(tokens)
         self.rollback(n)
         return n
 
+    @_timed
     def consume_text(self, text: str) -> None:
         """Consume text the reply already holds (a forced prefix written into the prompt);
         GrammarError, state unchanged, if the constraint does not allow it."""
@@ -277,6 +326,7 @@ class Matcher:
             self.rollback(n)
             raise GrammarError(f"the reply's start {text!r} does not fit the {self.constraint.describe()}")
 
+    @_timed
     def rollback(self, n: int) -> None:
         """Undo the last `n` consumed tokens."""
         if n < 0 or n > len(self._steps):
@@ -292,9 +342,10 @@ class Matcher:
     def reset(self) -> None:
         self.rollback(len(self._steps))
 
+    @_timed
     def copy(self) -> Matcher:
         """An independent matcher in the same state (to try a proposal without committing)."""
-        other = Matcher(self._m.deep_copy(), self.tokenizer, self.constraint)
+        other = Matcher(self._m.deep_copy(), self.tokenizer, self.constraint, self.clock)
         other._steps = list(self._steps)
         return other
 
