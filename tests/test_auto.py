@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scripted_planner import Scripted
 
 from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.costs.table import CostTable, machine_costs
@@ -37,6 +38,19 @@ def test_flat_batches_and_a_cheap_draft_pick_speculation() -> None:
     assert plan.ms_per_token < 0.7 * ar.ms_per_token
     approx, _ = planner.best(approximate=True)  # the caller chose an operating point
     assert approx.method in ("sd", "sprinter") and approx.ms_per_token <= plan.ms_per_token
+
+
+def test_a_short_reply_after_a_long_prompt_does_not_wait_for_the_draft() -> None:
+    """A draft plan that is fastest per token still starts only when its gain over the reply
+    can pay for the draft reading the prompt; else the reply opens with a one-model plan."""
+    planner = Planner.of(table(30, 0.02), table(6, 0.02))  # sd is the best plan per token
+    assert planner.best()[0].method == "sd"
+    long_reply, _ = planner.opening("chat", False, 2000, reply_tokens=2000, draft_behind=2000)
+    assert long_reply.method == "sd"
+    short, why = planner.opening("chat", False, 2000, reply_tokens=8, draft_behind=2000)
+    assert not strategy_of(short).uses_draft and "read the prompt" in why
+    read, _ = planner.opening("chat", False, 2000, reply_tokens=8, draft_behind=0)
+    assert read.method == "sd"  # the draft holds the prompt already: nothing to pay back
 
 
 def test_sprinter_is_a_candidate_only_when_approximation_is_allowed() -> None:
@@ -164,23 +178,6 @@ def test_auto_reports_its_plan(engine: Engine) -> None:
     s = result.stats
     assert s.method == "auto" and s.trace.plan and s.trace.plan_reason
     assert s.to_dict()["plan"] == s.trace.plan
-
-
-class Scripted(Planner):
-    """A planner that answers a fixed sequence of plans (to force switches)."""
-
-    def __init__(self, base: Planner, script: list[Plan]):
-        super().__init__(base.costs)
-        self.script = script
-        self.calls = 0
-
-    def best(self, kind: str = "chat", approximate: bool = False, depth: int = 0) -> tuple[Plan, str]:
-        plan = self.script[min(self.calls, len(self.script) - 1)]
-        self.calls += 1
-        return plan, "scripted"
-
-    def ms_of(self, plan: Plan, kind: str = "chat", depth: int = 0) -> float:
-        return plan.ms_per_token * 10  # whatever runs now looks slow: the next look switches
 
 
 def test_switching_plans_mid_reply_keeps_greedy_output_exact(engine: Engine) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scripted_planner import Scripted
 
 from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.decoding import Plan
 from sprinter_edge.errors import TokenizerMismatchError
-from sprinter_edge.planning.planner import Planner
 
 pytestmark = pytest.mark.integration
 
@@ -19,22 +19,6 @@ EDIT = ("Rename the function `merge_configs` to `combine_configs` everywhere. Re
         "    merged = dict(base)\n    for key, value in override.items():\n"
         "        if value is not None:\n            merged[key] = value\n    return merged\n```")
 HARDWARE = Hardware(n_ctx=2048, n_threads=2)
-
-
-class Scripted(Planner):
-    """The engine's planner, answering a fixed sequence of plans (each look switches)."""
-
-    def __init__(self, base: Planner, script: list[Plan]):
-        super().__init__(base.costs, base.evidence)
-        self.script, self.calls = script, 0
-
-    def best(self, kind: str = "chat", approximate: bool = False, depth: int = 0) -> tuple[Plan, str]:
-        plan = self.script[min(self.calls, len(self.script) - 1)]
-        self.calls += 1
-        return plan, "scripted"
-
-    def ms_of(self, plan: Plan, kind: str = "chat", depth: int = 0) -> float:
-        return plan.ms_per_token * 10
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,11 @@ class Auto(Strategy):
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """Decide the first plan, then read the prompt only with the models it uses."""
         planner = self._planner()
-        self.plan, why = planner.best(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens)
+        prompt = ctx.sampler.prompt or []
+        behind = len(prompt) - 1 - (common_prefix(ctx.draft.tokens, prompt[:-1]) if ctx.draft is not None
+                                    else 0)
+        self.plan, why = planner.opening(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens,
+                                         ctx.max_new_tokens, behind if ctx.has_draft else 0)
         ctx.stats.trace.plan, ctx.stats.trace.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
         if strategy_of(self.plan).uses_draft and ctx.has_draft:

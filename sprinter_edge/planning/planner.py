@@ -169,6 +169,26 @@ class Planner:
         return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests "
                       f"({best.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tok/s)")
 
+    def opening(self, kind: str, approximate: bool, prompt_tokens: int, reply_tokens: int,
+                draft_behind: int) -> tuple[Plan, str]:
+        """The plan to start a reply with: `best`, unless it drafts and the draft would first
+        have to read `draft_behind` prompt tokens that the plan's gain over the best one-model
+        plan, on a reply of at most `reply_tokens`, cannot pay back (a short reply after a
+        long prompt: the draft's read would only add to the time to first token)."""
+        plan, why = self.best(kind, approximate, prompt_tokens)
+        if not strategy_of(plan).uses_draft or draft_behind <= 0:
+            return plan, why
+        one = next((p for p in self.plans(kind, approximate, depth=prompt_tokens)
+                    if not strategy_of(p).uses_draft), None)
+        if one is None:
+            return plan, why
+        gain_ms = (one.ms_per_token - self.ms_of(plan, kind, prompt_tokens)) * reply_tokens
+        read_ms = self.switch_ms(draft_behind, to_draft=True)
+        if gain_ms > read_ms:
+            return plan, why
+        return one, (f"{plan.label} would gain at most {max(gain_ms, 0) / 1e3:.1f} s on this reply, less "
+                     f"than the draft's {read_ms / 1e3:.1f} s to read the prompt")
+
     def ms_of(self, plan: Plan, kind: str = "chat", depth: int = 0) -> float:
         """Corrected ms per token of `plan` under what the planner knows now."""
         for p in self.plans(kind, approximate=True, depth=depth):
@@ -186,6 +206,11 @@ class Planner:
         ms = seconds * 1e3 / tokens
         key = (kind, plan.label)
         self.ran[key] = self.ran.get(key, 0) + tokens
+        if plan.method == BASELINE.name:
+            # ar is the yardstick, priced by this machine's measured step: a few of its tokens
+            # timed while something else held the CPU would make every other plan look fast for
+            # good (ar would not run again on this kind of request to correct it)
+            return
         r = self.measured.get(key)
         if r is None:
             self.measured[key] = Rate(ms, float(tokens))
