@@ -162,12 +162,6 @@ class Engine:
             self._draft = draft
         return self._draft
 
-    def _draft_for_plan(self) -> LlamaModel:
-        """The draft for a plan that drafts (`auto` loads it only then)."""
-        if self._draft is None:
-            log.info("the plan drafts: loading the draft model now")
-        return self.draft
-
     def _draft_costs(self) -> CostTable:
         """The draft's decode costs for the planner: from the cache without loading the draft
         when an earlier load of the same file recorded them (its tokenizer checked against the
@@ -353,7 +347,7 @@ class Engine:
         ctx = DecodeContext(
             target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
             max_new_tokens=budget, run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
-            draft_loader=self._draft_for_plan if lazy and self._uses_draft(strategy) else None,
+            draft_loader=(lambda: self.draft) if lazy and self._uses_draft(strategy) else None,
             prompt_cache=self.prompt_cache,
         )
         if params.constraint is not None:  # a fresh matcher: the state of the empty reply

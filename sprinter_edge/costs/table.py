@@ -264,15 +264,20 @@ def cached_file_costs(path: Path, options: Any) -> FileCosts | None:
     same file with the same options recorded them (`machine_costs` does); None otherwise."""
     try:
         alias = json.loads((cache_dir() / "files" / f"{_digest(file_key(path, options))}.json").read_text())
-        data = json.loads((cache_dir() / alias["costs"]).read_text())
-        table = CostTable.from_dict(data["costs"])
+        table = _read_table(cache_dir() / alias["costs"])
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("no usable cost alias for %s: %s", path, exc)
         return None
-    table.make_monotone()
     return FileCosts(table, int(alias["n_vocab"]), str(alias["tokenizer"]))
+
+
+def _read_table(path: Path) -> CostTable:
+    """A cached cost table, made monotone as every reader wants it."""
+    table = CostTable.from_dict(json.loads(path.read_text())["costs"])
+    table.make_monotone()
+    return table
 
 
 def _record_file(model: Any, costs_file: str) -> None:
@@ -299,9 +304,7 @@ def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 
     path = cache_dir() / f"{digest}.json"
     if not refresh and path.is_file():
         try:
-            data = json.loads(path.read_text())
-            table = CostTable.from_dict(data["costs"])
-            table.make_monotone()
+            table = _read_table(path)
             _record_file(model, path.name)
             return table
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backend.llama import DecodeOutput, LlamaModel
+from ..backend.llama import DecodeOutput, LlamaModel, common_prefix
 from ..backend.prompt_cache import PromptCache
 from ..costs import Costs, Evidence
 from ..numerics import token_logprobs
@@ -85,6 +85,13 @@ class DecodeContext:
         """A draft is loaded, or can be."""
         return self.draft is not None or self.draft_loader is not None
 
+    def draft_behind(self, seq: list[int]) -> int:
+        """Tokens of `seq` a plan that drafts would first have the draft read (all of them
+        while it is not loaded); 0 without a draft."""
+        if not self.has_draft:
+            return 0
+        return len(seq) - (common_prefix(self.draft.tokens, seq) if self.draft is not None else 0)
+
     def load_draft(self) -> LlamaModel:
         """The draft, loaded now if it is not yet."""
         if self.draft is None:
@@ -114,7 +121,7 @@ class DecodeContext:
         out = draft.sync(context, n_logits=n_logits, hidden=hidden)
         self.stats.timings.draft_seconds += time.perf_counter() - t0
         self.stats.counters.draft_calls += 1
-        n = self.draft.last_decoded
+        n = draft.last_decoded
         self.stats.calls.add("draft", n, min(n_logits, n), len(context) - n)
         return out
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 
-from ..backend.llama import LlamaModel, common_prefix
+from ..backend.llama import LlamaModel
 from ..decoding import DecodeContext, Plan, Stats, Step, Strategy
 from ..decoding.loop import LoopStrategy, run_loop
 from ..decoding.proposers.base import Proposer
@@ -52,10 +52,8 @@ class Auto(Strategy):
         """Decide the first plan, then read the prompt only with the models it uses."""
         planner = self._planner()
         prompt = ctx.sampler.prompt or []
-        behind = len(prompt) - 1 - (common_prefix(ctx.draft.tokens, prompt[:-1]) if ctx.draft is not None
-                                    else 0)
         self.plan, why = planner.opening(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens,
-                                         ctx.max_new_tokens, behind if ctx.has_draft else 0)
+                                         ctx.max_new_tokens, ctx.draft_behind(prompt[:-1]))
         ctx.stats.trace.plan, ctx.stats.trace.plan_reason = self.plan.label, why
         models = [ctx.target] if ctx.target is not None else []
         if strategy_of(self.plan).uses_draft and ctx.has_draft:
@@ -113,10 +111,8 @@ class Auto(Strategy):
         if best.label == plan.label:
             return None
         current_ms = planner.ms_of(plan, ctx.kind, len(seq))
-        behind = 0
-        if strategy_of(best).uses_draft and ctx.has_draft:
-            # a draft not loaded yet reads the whole sequence (its load time is not priced)
-            behind = len(seq) - (common_prefix(ctx.draft.tokens, seq) if ctx.draft is not None else 0)
+        # a draft not loaded yet reads the whole sequence (its load time is not priced)
+        behind = ctx.draft_behind(seq) if strategy_of(best).uses_draft else 0
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
         if gain_ms <= planner.switch_ms(behind, to_draft=True, depth=len(seq)) or \
                 best.ms_per_token > current_ms * (1 - SWITCH_GAIN):

@@ -182,7 +182,7 @@ class Planner:
                     if not strategy_of(p).uses_draft), None)
         if one is None:
             return plan, why
-        gain_ms = (one.ms_per_token - self.ms_of(plan, kind, prompt_tokens)) * reply_tokens
+        gain_ms = (one.ms_per_token - plan.ms_per_token) * reply_tokens
         read_ms = self.switch_ms(draft_behind, to_draft=True)
         if gain_ms > read_ms:
             return plan, why
