@@ -27,10 +27,12 @@ def source_with_uses(uses: int, seed: int = 0) -> list[int]:
     return out
 
 
-def replay(proposer: PromptLookup, prompt: list[int], reply: list[int]) -> tuple[int, int, int]:
+def replay(proposer: PromptLookup, prompt: list[int], reply: list[int],
+           max_new_tokens: int | None = None) -> tuple[int, int, int]:
     """(tokens proposed, accepted, target calls) when the target writes `reply`."""
     ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
-                        max_new_tokens=len(reply) + 1, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+                        max_new_tokens=max_new_tokens or len(reply) + 1, costs=Costs(TABLE),
+                        evidence=Evidence(), kind="edit")
     seq = list(prompt)
     proposer.begin(ctx, seq)
     proposed = accepted = calls = pos = 0
@@ -74,3 +76,33 @@ def test_an_insertion_after_its_context_token() -> None:
     tokens, after, _ = memory.apply([40, 50, 40, 51], 1, 4)
     assert tokens == [41, 42, 50, 40, 41, 42, 51]
     assert after == [1, 1, 2, 3, 3, 3, 4]  # source positions: the insertion consumes none
+
+
+def test_a_copy_that_holds_is_priced_as_a_long_match() -> None:
+    """After a short match (a poor bucket) the copy holds: each round prices it by how long it
+    has held, so the proposals grow to full calls within a few rounds."""
+    rng = random.Random(5)
+    source = [rng.randrange(20, 80) for _ in range(400)]
+    prompt = [1, 2, 3] + source + [4, 5]
+    proposed, accepted, calls = replay(PromptLookup(), prompt, source)
+    assert accepted == proposed
+    assert calls <= 16, calls  # 400 tokens: a few short rounds, then 64-row calls (23 without)
+
+
+def test_a_token_the_target_never_copies_ends_the_copy() -> None:
+    """The prompt closes its pasted block with a token the reply never writes (the reply ends
+    its own way): once refused, a later copy stops before it instead of proposing past it."""
+    FENCE, END = 90, 91
+
+    def wasted(seed: int, evidence: Evidence) -> int:
+        rng = random.Random(seed)
+        source = [rng.randrange(20, 80) for _ in range(150)]
+        prompt = [1, 2, 3] + source + [FENCE] + [rng.randrange(20, 80) for _ in range(60)]
+        proposed, accepted, _ = replay(PromptLookup(evidence.copy("edit")), prompt, source + [END],
+                                       max_new_tokens=1000)
+        return proposed - accepted
+
+    learned = Evidence()
+    wasted(1, learned)  # one reply that ended at the fence
+    assert wasted(2, Evidence()) > 30  # without it, the copy runs past the block
+    assert wasted(2, learned) <= 3

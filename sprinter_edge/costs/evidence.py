@@ -9,6 +9,7 @@ copy proposers keep one rate per match length (`CopyEvidence`), per kind of requ
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 PLAN_PRIOR_WEIGHT = 32.0  # a planner's prior counts as this many observed tokens
@@ -59,16 +60,28 @@ def bucket_of(match: int) -> int:
 
 @dataclass
 class CopyEvidence:
-    """Per-token acceptance of copied spans, per match-length bucket, plus the anchored slot."""
+    """Per-token acceptance of copied spans, per match-length bucket, plus the anchored slot;
+    and, per source token, how often the target copied it and how often it refused it.
+
+    A token the target refuses more often than it copies is where copies end: the closing
+    code fence of a pasted file is one (the prompt spells it `` + `\n\n`, a reply ```), a
+    word kept in prose but renamed in code another. A proposal stops before it; the target
+    writes that token itself, and copying it there counts for it."""
 
     rates: list[Rate] = field(default_factory=lambda: [
         Rate(p, COPY_PRIOR_WEIGHT, COPY_MEMORY) for p in (*COPY_PRIOR, ANCHOR_PRIOR)])
+    copied: Counter[int] = field(default_factory=Counter)
+    refused: Counter[int] = field(default_factory=Counter)
 
     def rate(self, b: int) -> float:
         return self.rates[b].value
 
     def add(self, b: int, accepted: int, stopped: bool) -> None:
         self.rates[b].add_run(accepted, stopped)
+
+    def stops_at(self, token: int) -> bool:
+        """The target refused this token more often than it copied it."""
+        return self.refused[token] > self.copied[token]
 
 
 @dataclass

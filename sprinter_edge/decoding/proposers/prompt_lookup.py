@@ -9,7 +9,11 @@ so a proposal of k tokens that the target accepts with probability a per token y
 proposer picks the k that maximises tokens per ms from the measured cost curve (which is not
 monotone: a call of 16 tokens can be cheaper than one of 12) and proposes nothing when no k
 beats a plain step. `a` is learned per length of the match (a longer match is a safer copy)
-and kept across replies of the same kind of request.
+and kept across replies of the same kind of request; a copy that has held is priced by how
+long it has held (a fresh 3-token match that the reply then follows for 40 tokens is as safe
+as a 40-token match), so proposals grow to full calls within a few rounds. A copy stops before
+a token the target has refused more often than it copied (`CopyEvidence.stops_at`: the
+prompt's closing code fence, spelled otherwise by the reply).
 
 After a departure (the target wrote something other than the copy: the edit) the reply
 usually resumes copying a few source tokens later, but a fresh match needs MIN_MATCH tokens of
@@ -135,6 +139,7 @@ class PromptLookup(Proposer):
         self._source: int | None = None  # where the last copy stood in the source
         self._depart: tuple[int, int] | None = None  # (source, reply) positions where they parted
         self._held = False  # the last proposal was accepted whole: the copy goes on
+        self._run = 0  # how many tokens the reply has agreed with the copy's source in a row
         self._after: list[int] = []  # the source position after each proposed token
         self._by: list[int] = []  # the substitution that wrote each proposed token (-1: none)
 
@@ -150,7 +155,9 @@ class PromptLookup(Proposer):
         held, self._held = self._held, False
         if held and self._source is not None and self._source < len(s) - 1:
             if s[self._source] == seq[-1]:  # the target's own token after the copy continued it
-                return self._source + 1, MAX_MATCH, self._bucket
+                self.evidence.copied[seq[-1]] += 1
+                self._run += 1  # a copy that has held this long is as safe as a match as long
+                return self._source + 1, MAX_MATCH, bucket_of(self._run)
             self._depart = (self._source, len(seq) - 1)
         match, end = self.index.match()
         b, aligned = bucket_of(match), match
@@ -160,6 +167,7 @@ class PromptLookup(Proposer):
             aligned = 1
         if not match:
             return None
+        self._run = aligned
         if self._depart is not None:
             (d_src, d_rep), self._depart = self._depart, None
             self._learn(seq, d_src, d_rep, end - aligned, len(seq) - aligned)
@@ -198,6 +206,11 @@ class PromptLookup(Proposer):
                 return self._staged(ctx, seq, s[end:end + k_staged])
         tokens, self._after, self._by = self.memory.apply(s, end, stop)  # the copy, edits made
         tokens = tokens[:max(ctx.remaining - 1, 0)]
+        cut = next((i for i, t in enumerate(tokens) if self._by[i] < 0 and self.evidence.stops_at(t)), None)
+        if cut == 0:  # the target writes this one itself; the copy goes on after it
+            self._held, self._source = True, end
+            return Proposal()
+        tokens = tokens[:cut]
         k, _ = best_length(a, len(tokens), costs.target)
         if k == 0:
             return Proposal()
@@ -228,9 +241,13 @@ class PromptLookup(Proposer):
             return
         n = len(proposal)
         self.evidence.add(self._bucket, accepted, stopped=accepted < n)
+        for i, t in enumerate(proposal.tokens[:accepted + 1]):
+            if self._by[i] < 0:  # a token copied as the source has it
+                (self.evidence.copied if i < accepted else self.evidence.refused)[t] += 1
         self.memory.score(self._by[:n], accepted)
         if accepted >= n:
             self._held, self._source = True, self._after[n - 1]
+            self._run += n
         else:  # the first source token the reply did not copy; the reply's token in its place
             self._source = self._after[accepted - 1] if accepted else self._end
             self._depart = (self._source, self._round_start + accepted)
