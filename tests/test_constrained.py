@@ -169,7 +169,7 @@ def test_logprobs_score_forced_tokens_too(engine: Engine) -> None:
     assert result.token_ids == ref
     assert result.logprobs is not None and len(result.logprobs) == len(ref)
     c = result.stats.counters
-    assert c.forced <= 1  # the end token at most (or the target's own token after the span)
+    assert c.forced == 1  # the end token only
     assert c.grammar_proposed > 0 and c.grammar_accepted == c.grammar_proposed
 
 
@@ -182,17 +182,14 @@ def test_budget_cut_keeps_finish_reason_length(engine: Engine) -> None:
 
 
 def test_approximate_and_draft_only_replies_follow_the_schema(engine: Engine) -> None:
-    """SPRINTER keeps only tokens drawn from the draft's masked rows; `draft` samples them.
-    (The fixture's draft is a truncated target: its strings may run to max_tokens.)"""
+    """SPRINTER keeps only tokens drawn from the draft's masked rows; `draft` samples them."""
     params = SamplingParams(max_tokens=MAX_TOKENS, constraint=PERSON)
-    for method in ("sprinter", "draft"):
-        result = engine.generate(PROMPTS[0], params, method=method)
-        grammar = compile(PERSON, engine.target)
-        assert grammar.consume(result.token_ids) == len(result.token_ids), method
-        if result.finish_reason == "stop":
-            _check_person(result.text)
-        if method == "sprinter":
-            assert result.stats.counters.kept > 0
+    result = engine.generate(PROMPTS[0], params, method="sprinter")
+    _check_person(result.text)
+    assert result.stats.counters.kept > 0
+    result = engine.generate(PROMPTS[0], params, method="draft")
+    grammar = compile(PERSON, engine.target)
+    assert grammar.consume(result.token_ids) == len(result.token_ids)
 
 
 def test_unconstrained_counters_stay_zero(engine: Engine) -> None:
@@ -223,11 +220,9 @@ def test_sampled_sd_joint_distribution_matches_constrained_ar(engine: Engine) ->
     as constrained `ar`'s. Here the target opens with `{` or `{"` (then `name` is forced) while
     the draft almost always writes `{` and then a space the target nearly never does: accepted,
     residual and forced tokens all occur."""
-    # the model's own JSON layout: in the compact default `{"` and `name` are both forced
-    person = Constraint.json_schema({**SCHEMA, "x-guidance": {"whitespace_flexible": True}})
-    params = SamplingParams(temperature=0.8, max_tokens=2, constraint=person)
+    params = SamplingParams(temperature=0.8, max_tokens=2, constraint=PERSON)
     prompt = engine.encode(PROMPTS[0])
-    exact = _exact_masked_joint(engine, prompt, person, params, depth=2)
+    exact = _exact_masked_joint(engine, prompt, PERSON, params, depth=2)
     n = 300
     counts, seen = _sample_sd(engine, prompt, params, n)
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts

@@ -6,15 +6,10 @@ preserved: llguidance emits properties in the schema's order). Every constructor
 grammar once without a tokenizer, so a bad schema or grammar is refused when the request is read
 (`GrammarError`, a 400), not halfway through decoding.
 
-JSON layout. A constrained JSON reply is written as `json.dumps` writes it: ", " between items,
-": " after keys, no newlines (`JSON_FORMAT`). Where the schema leaves no choice (a key, its quotes,
-the separators) the grammar then allows exactly one token, committed without a target call: 58% of
-the tokens of the bench's extraction replies, against 14% when they are pretty-printed (the
-model's own layout), whose whitespace the model chooses token by token (and llguidance's default, any run of
-whitespace, lets a small model write newlines until max_tokens). OpenAI's structured outputs
-are compact too. A schema's own `"x-guidance"` key (e.g. `{"whitespace_flexible": true}`)
-overrides the layout; a bare tool call in free text keeps the model's own layout (`JSON_PRETTY`:
-one space, or one or two newlines and an indent of up to 40 blanks, as llama.cpp allows).
+JSON whitespace. llguidance's default lets any run of whitespace sit between JSON tokens; a small
+model can then write newlines until max_tokens. The default here allows what pretty-printed JSON
+needs (one space, or one or two newlines and an indent of up to 40 blanks), as llama.cpp's
+json-schema-to-grammar does; a schema's own `"x-guidance"` key overrides it.
 
 Tool calls (`from_tool_choice`). sprinter_edge/serving/tools.py reads Hermes / Qwen2.5 calls,
 
@@ -57,11 +52,12 @@ log = logging.getLogger(__name__)
 Kind = Literal["json_schema", "json_object", "regex", "lark", "gbnf"]
 KINDS: tuple[str, ...] = ("json_schema", "json_object", "regex", "lark", "gbnf")
 
-# JSON as json.dumps writes it (and tools.call_text writes a tool call): see the module docstring
-JSON_FORMAT: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-# one space, or one or two newlines and an indent: JSON the model lays out itself
+# one space, or one or two newlines and an indent (see the module docstring)
 JSON_WHITESPACE = r"(?:\x20|\r?\n(?:\r?\n)?[\x20\t]{0,40})"
-JSON_PRETTY: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE}
+JSON_DEFAULTS: dict[str, Any] = {"whitespace_pattern": JSON_WHITESPACE}
+# a tool call's JSON as tools.call_text writes it
+CALL_JSON_FORMAT: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ",
+                                    "key_separator": ": "}
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"  # = serving.tools.OPEN / CLOSE
 
 _GBNF_RULE = re.compile(r"(?m)^\s*[A-Za-z][A-Za-z0-9_-]*\s*::=")
@@ -188,7 +184,7 @@ class Constraint:
         """The arguments object of one call of `tool` (an OpenAI tool or its "function"),
         written as tools.call_text writes it."""
         name, params, strict = _tool_parts(tool)
-        schema = {**params, "x-guidance": {**JSON_FORMAT, **({} if strict else {"lenient": True})}}
+        schema = {**params, "x-guidance": {**CALL_JSON_FORMAT, **({} if strict else {"lenient": True})}}
         return cls.json_schema(schema, strict=strict, name=name)
 
     @classmethod
@@ -244,7 +240,7 @@ class Constraint:
         M = llguidance.LLMatcher
         try:
             if self.kind == "json_object":
-                return M.grammar_from_json_schema({"type": "object"}, defaults=JSON_FORMAT)
+                return M.grammar_from_json_schema({"type": "object"}, defaults=JSON_DEFAULTS)
             if self.kind == "json_schema":
                 overrides = None if self.strict else {"lenient": True}
                 return M.grammar_from_json_schema(self.source, defaults=_json_defaults(self.schema),
@@ -265,12 +261,12 @@ class Constraint:
 
 
 def _json_defaults(schema: Any) -> dict[str, Any] | None:
-    """JSON_FORMAT unless the schema's own "x-guidance" says how whitespace goes (llguidance
+    """JSON_DEFAULTS unless the schema's own "x-guidance" says how whitespace goes (llguidance
     lets a default whitespace_pattern win over the schema's whitespace_flexible)."""
     guidance = schema.get("x-guidance") if isinstance(schema, Mapping) else None
     if isinstance(guidance, Mapping) and {"whitespace_flexible", "whitespace_pattern"} & guidance.keys():
         return None
-    return JSON_FORMAT
+    return JSON_DEFAULTS
 
 
 def _tool_parts(tool: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool]:
@@ -312,12 +308,12 @@ def tool_call_grammar(tools: Sequence[tuple[str, dict[str, Any], bool]], *, many
                 log.warning("tool %r: arguments constrained to any object: %s", name, exc)
                 args = {"type": "object"}
         lenient = {} if strict else {"lenient": True}
-        call = {"x-guidance": {**JSON_FORMAT, **lenient}, "type": "object",
+        call = {"x-guidance": {**CALL_JSON_FORMAT, **lenient}, "type": "object",
                 "properties": {"name": {"const": name}, "arguments": args},
                 "required": ["name", "arguments"], "additionalProperties": False}
         rules.append(f"call_{i}: %json {json.dumps(call, ensure_ascii=False)}")
         if auto:
-            bare_args = {**args, "x-guidance": {**JSON_PRETTY, **lenient}}
+            bare_args = {**args, "x-guidance": {**JSON_DEFAULTS, **lenient}}
             bare_rules += [
                 # the name's JSON text and its closing quote: BARE_HEAD took the opening one
                 f'bare_{i}: {json.dumps(json.dumps(name, ensure_ascii=False)[1:])} WS? "," WS? '
