@@ -76,6 +76,17 @@ def test_pricing_follows_the_measured_curve_and_declines_what_does_not_pay() -> 
     assert best_length(0.98, 20, flat())[0] == 20  # on flat costs propose all there is
 
 
+def test_all_rows_costs_past_the_timed_one_row_sizes_are_kept() -> None:
+    """One row timed up to 32 tokens, all rows up to 64: the 64-row cost stays as measured,
+    not raised to the one-row line extrapolated past 32 (800 here), which priced long calls
+    at depth 30% high."""
+    table = CostTable(last={1: 50.0, 16: 200.0, 32: 400.0}, full={1: 50.0, 32: 600.0, 64: 700.0})
+    table.make_monotone()
+    assert table.full[64] == 700.0 and table.all_rows(64) == 700.0
+    assert table.full[32] == 600.0  # where both were timed, all rows never cost less than one
+    assert table.cost(64, 1) <= 700.0
+
+
 def test_evidence_learns_per_bucket_and_forgets() -> None:
     ev = CopyEvidence()
     b = bucket_of(12)

@@ -27,16 +27,16 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # the bench's full curve
+SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)  # the bench's full curve
 PLAN_SIZES = (1, 2, 4, 8, 16, 24, 32)  # one logits row: enough to plan catch-ups
 # Every size a verification may have (all rows): the curve is not monotone (a call of a multiple
 # of 16 tokens can take a faster kernel path than one of 12), and proposal lengths follow it.
 FULL_SIZES = (*range(1, 33), 40, 48, 64)  # up to 64: a long copy may be checked in one call
 BASE_DEPTH = 64  # tokens of context before the timed calls of the full curve
-DEPTHS = (512, 1024, 2048)  # deeper contexts re-timed at a few sizes (those the context holds)
+DEPTHS = (512, 1024, 2048, 3072)  # deeper contexts re-timed at a few sizes (those the context holds)
 DEPTH_LAST = (1, 4, 16, 32)
 DEPTH_FULL = (4, 8, 16, 32, 64)
-FORMAT = 3  # bump when the measurement changes meaning
+FORMAT = 4  # bump when the measurement changes meaning
 _TEXT = ("def quicksort(items):\n    if len(items) <= 1:\n        return items\n    pivot = items[0]\n"
          "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ") * 32
 
@@ -94,6 +94,7 @@ class CostTable:
         c1, cn = _interp(self.last, n), _interp(self.full, n)
         if n <= 1:
             return c1
+        c1 = min(c1, cn)  # past the one-row sizes timed, the extrapolation may overshoot
         return c1 + (cn - c1) * (rows - 1) / (n - 1)
 
     def to_dict(self) -> dict:
@@ -112,13 +113,17 @@ class CostTable:
     def make_monotone(self) -> None:
         """A call of more tokens never costs less with one logits row (timing noise otherwise
         makes a 5-token batch look cheaper than a 4-token one), and all rows never cost less
-        than one. The all-rows curve keeps its measured dips (see FULL_SIZES)."""
+        than one where both were measured (one row past the largest timed size is an
+        extrapolation: raising a measured 64-row cost to it priced long calls at depth 30%
+        high). The all-rows curve keeps its measured dips (see FULL_SIZES)."""
         self._rows, self._at = [], {}
         top = 0.0
         for n in sorted(self.last):
             top = self.last[n] = max(self.last[n], top)
+        largest = max(self.last, default=0)
         for n in self.full:
-            self.full[n] = max(self.full[n], _interp(self.last, n))
+            if n <= largest:
+                self.full[n] = max(self.full[n], _interp(self.last, n))
         for table in self.deep.values():
             table.make_monotone()
 
@@ -182,8 +187,9 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
 
 def _time_calls(model: Any, tokens: list[int], depth: int, sizes: Sequence[int],
                 full_sizes: Sequence[int], repeats: int) -> CostTable:
-    """Median ms of decode calls after `depth` tokens of `tokens`: one row at `sizes`, all rows
-    at `full_sizes`."""
+    """Lower-median ms of decode calls after `depth` tokens of `tokens`: one row at `sizes`, all
+    rows at `full_sizes` (the lower of two: anything else on the machine only slows a call, and
+    a 64-row call timed once 20% slow made long proposals look dear)."""
     table = CostTable()
     calls = [(n, 1, table.last) for n in sizes] + [(n, n, table.full) for n in full_sizes if n > 1]
     for n, rows, dest in calls:
@@ -193,7 +199,7 @@ def _time_calls(model: Any, tokens: list[int], depth: int, sizes: Sequence[int],
             t0 = time.perf_counter()
             model.eval(tokens[depth:depth + n], n_logits=rows)
             times.append((time.perf_counter() - t0) * 1e3)
-        dest[n] = sorted(times)[len(times) // 2]
+        dest[n] = sorted(times)[(len(times) - 1) // 2]
     return table
 
 
