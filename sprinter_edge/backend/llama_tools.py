@@ -14,9 +14,13 @@ timing run would take both cores for minutes.
 
 Which CMAKE_ARGS: $CMAKE_ARGS when set (as tools/setup.sh), else the ones recorded next to the
 installed wheel (setup.sh writes build.txt beside it; pip records the wheel's path), else what
-buildflags.py recommends for this machine. Added to them: a Release build, no curl, no OpenSSL,
-no tests, and static libraries (the binaries are self-contained, so they can be moved into the
-cache; the kernels are the same code).
+buildflags.py recommends for this machine.
+
+How: when tools/setup.sh kept the wheel's CMake build tree (<wheels>/<key>/build), the tools are
+built in that tree, so llama.cpp is compiled once for the wheel and the tools alike (ggml, llama,
+common: about 5 of the 6-7 minutes); the binaries are copied to the cache with the shared
+libraries they link, found through an $ORIGIN run path. Without such a tree: a standalone build
+of the vendored sources (a Release build, no curl, no OpenSSL, no tests, static libraries).
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ log = logging.getLogger(__name__)
 TOOLS = ("llama-server", "llama-bench", "llama-batched-bench")
 EXTRA_CMAKE_ARGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
                     "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF")
+# Turned on in the wheel's build tree: llama.cpp's tools/ (which then adds mtmd itself, so the
+# wrapper's own mtmd is switched off), no tests or examples, and a run path that finds the
+# shared libraries copied beside the binaries.
+TREE_CMAKE_ARGS = ("-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAVA_BUILD=OFF",
+                   "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN")
 BUILD_HINT = "run tools/build_llama_server.sh"
 SERVER_ENV = "SPRINTER_EDGE_LLAMA_SERVER"  # an explicit llama-server binary, overrides the cache
 
@@ -125,6 +134,22 @@ def build_spec() -> BuildSpec:
                      "recommended for this machine (buildflags.py)")
 
 
+def wheel_build_tree(spec: BuildSpec) -> tuple[Path, Path] | None:
+    """The CMake build tree tools/setup.sh kept beside the wheel for `spec` and its source
+    folder, when both are still there; None otherwise."""
+    root = os.environ.get("SPRINTER_EDGE_WHEELS")
+    wheels = Path(root).expanduser() if root else Path.home() / ".cache" / "sprinter-edge" / "wheels"
+    tree = wheels / spec.key / "build"
+    cache = tree / "CMakeCache.txt"
+    if not cache.is_file():
+        return None
+    for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("CMAKE_HOME_DIRECTORY:"):
+            src = Path(line.split("=", 1)[1])
+            return (tree, src) if (src / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file() else None
+    return None
+
+
 def where(spec: BuildSpec | None = None) -> Path | None:
     """The bin folder when every tool is built for this spec, else None."""
     spec = spec or build_spec()
@@ -168,35 +193,19 @@ def build(*, rebuild: bool = False, jobs: int | None = None, spec: BuildSpec | N
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-              "--progress-bar", "off", "--dest", str(tmp), f"llama-cpp-python=={spec.version}"])
-        sdists = sorted(tmp.glob("llama_cpp_python-*.tar.gz"))
-        if not sdists:
-            raise ToolsError(f"pip download left no llama_cpp_python-*.tar.gz in {tmp}")
-        with tarfile.open(sdists[0]) as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(tmp, filter="data")
-            else:  # pragma: no cover - Python < 3.11.4
-                tar.extractall(tmp)  # noqa: S202 - the sdist pip just checked
-        src = next(tmp.glob("llama_cpp_python-*/vendor/llama.cpp"), None)
-        if src is None or not (src / "CMakeLists.txt").is_file():
-            raise ToolsError(f"no vendored llama.cpp in {sdists[0].name}")
-        build_dir = tmp / "build"
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run(["cmake", "-S", str(src), "-B", str(build_dir), *gen, *EXTRA_CMAKE_ARGS,
-              *shlex.split(spec.cmake_args)])
-        _run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TOOLS])
         out = tmp / "out"
         (out / "bin").mkdir(parents=True)
-        for t in TOOLS:
-            exe = build_dir / "bin" / t
-            if not exe.is_file():
-                raise ToolsError(f"the build made no {exe}")
-            shutil.copy2(exe, out / "bin" / t)
+        kept = wheel_build_tree(spec)
+        if kept is not None:
+            how = f"in the wheel's build tree {kept[0]}"
+            _build_in_tree(*kept, jobs, out / "bin")
+        else:
+            how = "standalone (no kept wheel build tree)"
+            _build_standalone(spec, tmp, jobs, out / "bin")
         seconds = time.monotonic() - t0
         (out / "build.txt").write_text(
             f"llama-cpp-python=={spec.version}\nCMAKE_ARGS={spec.cmake_args}\n"
-            f"CMAKE_ARGS source: {spec.source}\nextra: {' '.join(EXTRA_CMAKE_ARGS)}\n"
+            f"CMAKE_ARGS source: {spec.source}\nhow: {how}\n"
             f"built: {time.strftime('%Y-%m-%d %H:%M:%S %z')} in {seconds:.0f} s with -j {jobs}\n",
             encoding="utf-8")
         if spec.folder.exists():
@@ -206,6 +215,48 @@ def build(*, rebuild: bool = False, jobs: int | None = None, spec: BuildSpec | N
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("built %s in %.0f s: %s", ", ".join(TOOLS), time.monotonic() - t0, spec.bin)
     return spec.bin
+
+
+def _build_in_tree(tree: Path, src: Path, jobs: int, bin_out: Path) -> None:
+    """Add the tools to the wheel's build tree and build only them; copy them and the shared
+    libraries they link to `bin_out`."""
+    _run(["cmake", "-S", str(src), "-B", str(tree), *TREE_CMAKE_ARGS])
+    _run(["cmake", "--build", str(tree), "-j", str(jobs), "--target", *TOOLS])
+    built = tree / "bin"
+    for t in TOOLS:
+        exe = built / t
+        if not exe.is_file():
+            raise ToolsError(f"the build made no {exe}")
+        shutil.copy2(exe, bin_out / t)
+    for lib in built.glob("lib*.so*"):
+        shutil.copy2(lib, bin_out / lib.name, follow_symlinks=True)
+
+
+def _build_standalone(spec: BuildSpec, tmp: Path, jobs: int, bin_out: Path) -> None:
+    """Download the sdist and build the tools from its vendored llama.cpp, statically."""
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+          "--progress-bar", "off", "--dest", str(tmp), f"llama-cpp-python=={spec.version}"])
+    sdists = sorted(tmp.glob("llama_cpp_python-*.tar.gz"))
+    if not sdists:
+        raise ToolsError(f"pip download left no llama_cpp_python-*.tar.gz in {tmp}")
+    with tarfile.open(sdists[0]) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tmp, filter="data")
+        else:  # pragma: no cover - Python < 3.11.4
+            tar.extractall(tmp)  # noqa: S202 - the sdist pip just checked
+    src = next(tmp.glob("llama_cpp_python-*/vendor/llama.cpp"), None)
+    if src is None or not (src / "CMakeLists.txt").is_file():
+        raise ToolsError(f"no vendored llama.cpp in {sdists[0].name}")
+    build_dir = tmp / "build"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run(["cmake", "-S", str(src), "-B", str(build_dir), *gen, *EXTRA_CMAKE_ARGS,
+          *shlex.split(spec.cmake_args)])
+    _run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TOOLS])
+    for t in TOOLS:
+        exe = build_dir / "bin" / t
+        if not exe.is_file():
+            raise ToolsError(f"the build made no {exe}")
+        shutil.copy2(exe, bin_out / t)
 
 
 def main(argv: list[str] | None = None) -> int:
