@@ -19,9 +19,10 @@ from .backend.llama import LlamaModel, LoadOptions, common_prefix
 from .backend.prompt_cache import PromptCache
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
-from .costs.table import CostTable, cached_file_costs, machine_costs
+from .costs.table import CostTable, cached_file_costs, machine_costs, prior_costs, store_costs
 from .decoding import DecodeContext, Generation, GenerationResult, PointUsed, Stats, Strategy
 from .decoding.sampling import Sampler, SamplingParams
+from .decoding.stats import DEPTH_STEP
 from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
 from .methods import DEFAULT_METHOD, EXACT_KINDS, get_strategy, may_approximate
 from .planning.planner import Planner, make_planner
@@ -104,6 +105,7 @@ class Engine:
         self._verifier: Verifier | None = None
         self._warned: set[tuple[object, ...]] = set()  # what `_warn_once` has said
         self._planner: Planner | None = None
+        self._draft_prior: CostTable | None = None  # the draft's costs guessed, until it loads
         if prompt_cache_mib < 0:
             raise SettingsError(f"prompt_cache_mib must be >= 0 (0: off), not {prompt_cache_mib}")
         # Off by default here: a library should not hold up to that much RAM unasked, and one
@@ -160,12 +162,17 @@ class Engine:
                     draft.close()
                     raise
             self._draft = draft
+            if self._draft_prior is not None:  # the planner priced it unmeasured: measure it now
+                self._draft_prior.replace_with(machine_costs(draft))
+                self._draft_prior = None
         return self._draft
 
     def _draft_costs(self) -> CostTable:
-        """The draft's decode costs for the planner: from the cache without loading the draft
-        when an earlier load of the same file recorded them (its tokenizer checked against the
-        target's from that record), else from the loaded draft (measured if need be)."""
+        """The draft's decode costs for the planner, without loading the draft where it can: from
+        the cache when an earlier load of the same file recorded them (its tokenizer checked
+        against the target's from that record); from the target's costs scaled by the files'
+        sizes while no plan has loaded it (`prior_costs`: measured, in place, when one does);
+        else from the loaded draft."""
         assert self.draft_path is not None
         if self._draft is None:
             found = cached_file_costs(self.draft_path, self.hardware.options("draft"))
@@ -175,7 +182,41 @@ class Engine:
                     raise TokenizerMismatchError(tokenizer_mismatch(
                         self.draft_path.name, found.n_vocab, target.path.name, target.n_vocab))
                 return found.table
+            self._draft_prior = prior_costs(machine_costs(self.target), self.draft_path, self.target_path)
+            return self._draft_prior
         return machine_costs(self.draft)
+
+    def _finished(self, stats: Stats) -> None:
+        """A reply ended: price it as plain decoding would have run (for the speed-up it shows),
+        then learn from its calls."""
+        table = self._planner.target if self._planner is not None else None
+        if table is None and self._target is not None:
+            found = cached_file_costs(self.target_path, self.hardware.options("target"))
+            table = found.table if found is not None else None
+        if table is not None and stats.new_tokens:
+            start = stats.prompt_tokens
+            stats.baseline_seconds = round(sum(
+                table.at(start + i).cost(1) for i in range(stats.new_tokens)) / 1e3, 4)
+        self._learn_costs(stats)
+
+    def _learn_costs(self, stats: Stats) -> None:
+        """Fold a finished reply's timed calls into the planner's cost tables and store them: the
+        first-use measurement is refined at the sizes and depths requests actually reach."""
+        if self._planner is None:
+            return
+        learners = {"target": (self._target, self._planner.target),
+                    "draft": (self._draft, self._planner.draft)}
+        learnt = set()
+        for (role, (n, rows, step)), (count, total_ms) in stats.calls.timed.items():
+            model, table = learners[role]
+            if model is None or table is None or table is self._draft_prior:
+                continue
+            table.learn(n, rows, (step + 0.5) * DEPTH_STEP, total_ms / count, int(count))
+            learnt.add(role)
+        for role in learnt:
+            model, table = learners[role]
+            table.make_monotone()
+            store_costs(model, table)
 
     @property
     def text_model(self) -> LlamaModel:
@@ -325,6 +366,11 @@ class Engine:
         """
         params = params or SamplingParams()
         strategy = self._check_method(method or self.settings.method)
+        if params.logit_bias:
+            n_vocab = self.text_model.n_vocab
+            bad = [t for t, _ in params.logit_bias if t >= n_vocab]
+            if bad:
+                raise SettingsError(f"logit_bias: token ids out of range [0, {n_vocab}): {bad[:5]}")
         if strategy.needs_costs:
             strategy = get_strategy(strategy.name, self.planner())
         tokens = self._prompt_ids(prompt, chat)
@@ -389,7 +435,8 @@ class Engine:
                 f"staged): {strategy.name!r} commits tokens the target never scores"
                 + (" (it may run sprinter at the operating point given)" if strategy.exact else ""))
         return Generation(strategy, ctx, tokens, stop=params.stop,
-                          text_model=target if target is not None else draft)  # type: ignore[arg-type]
+                          text_model=target if target is not None else draft,  # type: ignore[arg-type]
+                          on_finish=self._finished)
 
     def _warn_once(self, key: tuple[object, ...], message: str, *args: object) -> None:
         """A warning this engine gives once per `key`, however many requests earn it."""

@@ -206,7 +206,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
         # how calls grow with the context: the machine's cached depth ratios (measured once)
         for table, model in ((target, engine.target), (draft, engine.draft if draft else None)):
             if table is not None and model is not None:
-                table.deep = machine_costs(model).deep
+                table.deep = machine_costs(model, depths=True).deep
         cost = costmodel.CostModel(target, draft)
     cfg = runner.RunConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed,
                            warmup=config.warmup, rescore=config.rescore,

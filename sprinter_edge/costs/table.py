@@ -7,9 +7,15 @@ llama.cpp build, the model file, the threads and the GPU layers: the cache key h
 them, so any change re-measures.
 
 Costs also grow with the context a call attends to: after 2k tokens a step of the default
-target costs ~10-30% more than after 64, a 32-row call ~35% more. The full curve is measured
-after BASE_DEPTH tokens, and a few sizes again at each of DEPTHS; `CostTable.at(depth)` scales
-the full curve (its dips kept) by the ratio measured at the nearest depths.
+target costs ~10-65% more than after 64, a 32-row call ~35% more. The curve is measured after
+BASE_DEPTH tokens; `CostTable.at(depth)` scales it (its dips kept) by the ratio seen at the
+nearest deeper contexts.
+
+First use is quick: one repeat of the sizes a plan needs, after BASE_DEPTH tokens only (seconds,
+not the minutes a sweep of deep contexts takes). The table then learns from the calls the
+decoder times anyway (`CostTable.learn`: each one is a measurement at its size and depth) and is
+stored again, so the depths a user's requests reach are priced from their own calls. The bench
+and `doctor` ask for the full measurement (`machine_costs(..., depths=True)`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +38,17 @@ PLAN_SIZES = (1, 2, 4, 8, 16, 24, 32)  # one logits row: enough to plan catch-up
 # Every size a verification may have (all rows): the curve is not monotone (a call of a multiple
 # of 16 tokens can take a faster kernel path than one of 12), and proposal lengths follow it.
 FULL_SIZES = (*range(1, 33), 40, 48, 64)  # up to 64: a long copy may be checked in one call
+# First use: all-rows sizes timed once (the 16-multiples and the sizes next to them keep the
+# curve's dips; a proposal length between two of them is interpolated until a call teaches it)
+QUICK_FULL_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 14, 15, 16, 20, 24, 28, 31, 32, 40, 48, 64)
 BASE_DEPTH = 64  # tokens of context before the timed calls of the full curve
 DEPTHS = (512, 1024, 2048, 3072)  # deeper contexts re-timed at a few sizes (those the context holds)
 DEPTH_LAST = (1, 4, 16, 32)
 DEPTH_FULL = (4, 8, 16, 32, 64)
-FORMAT = 4  # bump when the measurement changes meaning
+LEARN_SHALLOW = 192  # calls after fewer tokens of context than this teach the base curve
+LEARN_BUCKET = 256  # deeper calls teach the deep table of the nearest multiple of this
+LEARN_CAP = 24.0  # a point's weight stops growing here, so it keeps following the machine
+FORMAT = 5  # bump when the measurement changes meaning
 _TEXT = ("def quicksort(items):\n    if len(items) <= 1:\n        return items\n    pivot = items[0]\n"
          "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ") * 32
 
@@ -49,6 +61,10 @@ class CostTable:
     full: dict[int, float] = field(default_factory=dict)
     # the same calls re-timed after deeper contexts (depth -> a table of a few sizes)
     deep: dict[int, CostTable] = field(default_factory=dict)
+    # how many timed calls stand behind each point ("last:4", "full:16"): a point measured once
+    # at first use weighs 1, each call the decoder timed there adds its count (up to LEARN_CAP)
+    weight: dict[str, float] = field(default_factory=dict)
+    depths_measured: bool = False  # the deep tables were swept (not only learned from calls)
     _rows: list[float] = field(default_factory=list, repr=False, compare=False)
     _at: dict[int, CostTable] = field(default_factory=dict, repr=False, compare=False)
 
@@ -67,18 +83,47 @@ class CostTable:
         return table
 
     def _ratio(self, depth: int, n: float, which: str) -> float:
-        """Cost after `depth` over cost after BASE_DEPTH, for a call of n tokens."""
+        """Cost after `depth` over cost after BASE_DEPTH, for a call of n tokens: at each deeper
+        table, the ratio at the sizes it holds, interpolated in n (held flat past its sizes: a
+        table learned from calls may know only a few); linear in depth between tables."""
         base = getattr(self, which)
-        points = [(BASE_DEPTH, 1.0)] + [
-            (d, _interp(getattr(t, which), n) / max(_interp(base, n), 1e-9))
-            for d, t in sorted(self.deep.items()) if getattr(t, which)]
+        points = [(BASE_DEPTH, 1.0)]
+        for d, t in sorted(self.deep.items()):
+            deep = getattr(t, which)
+            if deep and base:
+                ratios = {m: c / max(_interp(base, m), 1e-9) for m, c in deep.items()}
+                points.append((d, _interp(ratios, n, flat=True)))
         if len(points) < 2:
             return 1.0
         for (d0, r0), (d1, r1) in zip(points, points[1:], strict=False):
             if depth <= d1:
-                return r0 + (r1 - r0) * (depth - d0) / (d1 - d0)
+                return r0 + (r1 - r0) * (depth - d0) / max(d1 - d0, 1)
         (d0, r0), (d1, r1) = points[-2], points[-1]
-        return max(r1, r0 + (r1 - r0) * (depth - d0) / (d1 - d0))
+        return max(r1, r0 + (r1 - r0) * (depth - d0) / max(d1 - d0, 1))
+
+    def learn(self, n: int, rows: int, depth: float, ms: float, count: int = 1) -> None:
+        """`count` decode calls of n tokens returning `rows` logits rows after `depth` tokens
+        of context took `ms` each on average: fold them into the point they measure (a call
+        with some but not all rows measures neither curve and is left out)."""
+        if n < 1 or count < 1 or ms <= 0 or rows not in (1, n):
+            return
+        table = self
+        if depth >= LEARN_SHALLOW:
+            bucket = max(LEARN_BUCKET, int(round(depth / LEARN_BUCKET)) * LEARN_BUCKET)
+            table = self.deep.setdefault(bucket, CostTable())
+        which = "last" if rows == 1 else "full"
+        curve = getattr(table, which)
+        key = f"{which}:{n}"
+        w = table.weight.get(key, 1.0) if n in curve else 0.0
+        curve[n] = (curve.get(n, 0.0) * w + ms * count) / (w + count)
+        table.weight[key] = min(w + count, LEARN_CAP)
+        self._rows, self._at = [], {}
+
+    def replace_with(self, other: CostTable) -> None:
+        """Take `other`'s costs in place (every holder of this table sees them)."""
+        self.last, self.full, self.deep = dict(other.last), dict(other.full), dict(other.deep)
+        self.weight, self.depths_measured = dict(other.weight), other.depths_measured
+        self._rows, self._at = [], {}
 
     def all_rows(self, n: int) -> float:
         """cost(n, n) from a table built once: the lookup proposer asks for it at every length
@@ -102,13 +147,19 @@ class CostTable:
                              "all_rows_ms": {str(k): round(v, 2) for k, v in self.full.items()}}
         if self.deep:
             d["after_depth"] = {str(k): t.to_dict() for k, t in sorted(self.deep.items())}
+        if self.weight:
+            d["weight"] = {k: round(v, 1) for k, v in sorted(self.weight.items())}
+        if self.depths_measured:
+            d["depths_measured"] = True
         return d
 
     @classmethod
     def from_dict(cls, data: dict) -> CostTable:
         return cls(last={int(k): float(v) for k, v in data["last_row_ms"].items()},
                    full={int(k): float(v) for k, v in data["all_rows_ms"].items()},
-                   deep={int(k): cls.from_dict(v) for k, v in data.get("after_depth", {}).items()})
+                   deep={int(k): cls.from_dict(v) for k, v in data.get("after_depth", {}).items()},
+                   weight={str(k): float(v) for k, v in data.get("weight", {}).items()},
+                   depths_measured=bool(data.get("depths_measured", False)))
 
     def make_monotone(self) -> None:
         """A call of more tokens never costs less with one logits row (timing noise otherwise
@@ -142,14 +193,16 @@ def dips(costs: dict[int, float], min_drop: float = 0.05) -> list[tuple[int, int
     return out
 
 
-def _interp(table: dict[int, float], n: float) -> float:
+def _interp(table: dict[int, float], n: float, *, flat: bool = False) -> float:
+    """table at n, linear between its sizes; past the largest, the last slope (or the last
+    value: `flat`)."""
     xs = sorted(table)
     if n <= xs[0]:
         return table[xs[0]]
     for a, b in zip(xs, xs[1:], strict=False):
         if n <= b:
             return table[a] + (table[b] - table[a]) * (n - a) / (b - a)
-    if len(xs) < 2:
+    if len(xs) < 2 or flat:
         return table[xs[-1]]
     a, b = xs[-2], xs[-1]  # extrapolate with the last slope
     return table[b] + (table[b] - table[a]) * (n - b) / (b - a)
@@ -157,28 +210,40 @@ def _interp(table: dict[int, float], n: float) -> float:
 
 def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
             full_sizes: Sequence[int] | None = None, *, all_rows: bool = True,
-            monotone: bool = True, depths: Sequence[int] = ()) -> CostTable:
+            monotone: bool = True, depths: Sequence[int] = (), progress: str | None = None) -> CostTable:
     """Time decode calls of n tokens after a BASE_DEPTH-token context, median of `repeats`: with
     one logits row (`last`) at `sizes` and, unless `all_rows` is off, with n rows (`full`) at
     `full_sizes` (default: the same); then a few sizes again after each of `depths` tokens
     (`CostTable.deep`). `monotone` smooths the one-row table for the planner
     (`CostTable.make_monotone`); off, it keeps what was measured, a multiple of 16 that costs
-    less than a smaller batch included."""
+    less than a smaller batch included. `progress`: a progress bar with this title."""
+    from tqdm import tqdm
+
     full_sizes = (sizes if full_sizes is None else full_sizes) if all_rows else ()
-    longest = max([*sizes, *full_sizes, *DEPTH_FULL])
+    deep_full = DEPTH_FULL if all_rows else ()
+    longest = max([*sizes, *full_sizes, *deep_full])
     tokens = model.tokenize(_TEXT)
     need = max([BASE_DEPTH, *depths]) + longest
     tokens = tokens * (need // max(1, len(tokens)) + 1)
-    model.sync(tokens[:BASE_DEPTH], n_logits=0)
-    model.eval(tokens[BASE_DEPTH:BASE_DEPTH + 1], n_logits=1)  # warm-up: pages the weights in
-    table = _time_calls(model, tokens, BASE_DEPTH, sizes, full_sizes, repeats)
-    if all_rows:
-        table.full[1] = table.last[1]
-    for depth in depths:
-        model.sync(tokens[:depth], n_logits=0)  # reads only what the context lacks
-        table.deep[depth] = _time_calls(model, tokens, depth, DEPTH_LAST, DEPTH_FULL if all_rows else (),
-                                        repeats)
-    model.rollback(0)
+    # the bar counts tokens decoded: the contexts read and every timed call
+    work = (max([BASE_DEPTH, *depths]) + repeats * (
+        sum(sizes) + sum(n for n in full_sizes if n > 1)
+        + len(depths) * (sum(DEPTH_LAST) + sum(n for n in deep_full if n > 1))))
+    with tqdm(total=work, desc=progress, unit="tok", disable=progress is None, leave=False) as bar:
+        model.sync(tokens[:BASE_DEPTH], n_logits=0)
+        model.eval(tokens[BASE_DEPTH:BASE_DEPTH + 1], n_logits=1)  # warm-up: pages the weights in
+        bar.update(BASE_DEPTH)
+        table = _time_calls(model, tokens, BASE_DEPTH, sizes, full_sizes, repeats, bar.update)
+        if all_rows:
+            table.full[1] = table.last[1]
+        read = BASE_DEPTH
+        for depth in depths:
+            model.sync(tokens[:depth], n_logits=0)  # reads only what the context lacks
+            bar.update(depth - read)
+            read = depth
+            table.deep[depth] = _time_calls(model, tokens, depth, DEPTH_LAST, deep_full, repeats, bar.update)
+        model.rollback(0)
+    table.depths_measured = bool(depths)
     if monotone:
         table.make_monotone()
     log.info("decode costs measured for %s", getattr(model, "path", model))
@@ -186,10 +251,11 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
 
 
 def _time_calls(model: Any, tokens: list[int], depth: int, sizes: Sequence[int],
-                full_sizes: Sequence[int], repeats: int) -> CostTable:
+                full_sizes: Sequence[int], repeats: int,
+                done: Callable[[int], object] = lambda _: None) -> CostTable:
     """Lower-median ms of decode calls after `depth` tokens of `tokens`: one row at `sizes`, all
     rows at `full_sizes` (the lower of two: anything else on the machine only slows a call, and
-    a 64-row call timed once 20% slow made long proposals look dear)."""
+    a 64-row call timed once 20% slow made long proposals look dear). `done(n)` after each call."""
     table = CostTable()
     calls = [(n, 1, table.last) for n in sizes] + [(n, n, table.full) for n in full_sizes if n > 1]
     for n, rows, dest in calls:
@@ -199,6 +265,7 @@ def _time_calls(model: Any, tokens: list[int], depth: int, sizes: Sequence[int],
             t0 = time.perf_counter()
             model.eval(tokens[depth:depth + n], n_logits=rows)
             times.append((time.perf_counter() - t0) * 1e3)
+            done(n)
         dest[n] = sorted(times)[(len(times) - 1) // 2]
     return table
 
@@ -270,7 +337,7 @@ def cached_file_costs(path: Path, options: Any) -> FileCosts | None:
     same file with the same options recorded them (`machine_costs` does); None otherwise."""
     try:
         alias = json.loads((cache_dir() / "files" / f"{_digest(file_key(path, options))}.json").read_text())
-        table = _read_table(cache_dir() / alias["costs"])
+        table = read_costs(cache_dir() / alias["costs"])
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -279,11 +346,16 @@ def cached_file_costs(path: Path, options: Any) -> FileCosts | None:
     return FileCosts(table, int(alias["n_vocab"]), str(alias["tokenizer"]))
 
 
-def _read_table(path: Path) -> CostTable:
-    """A cached cost table, made monotone as every reader wants it."""
+def read_costs(path: Path) -> CostTable:
+    """A cached cost table (a file of `cache_dir()`), made monotone as every reader wants it."""
     table = CostTable.from_dict(json.loads(path.read_text())["costs"])
     table.make_monotone()
     return table
+
+
+def cost_file(model: Any) -> Path:
+    """Where the costs of this loaded model are cached."""
+    return cache_dir() / f"{_digest(cost_key(model))}.json"
 
 
 def _record_file(model: Any, costs_file: str) -> None:
@@ -302,30 +374,61 @@ def _record_file(model: Any, costs_file: str) -> None:
         log.warning("cannot record the cost table of %s in %s: %s", model.path.name, path, exc)
 
 
-def machine_costs(model: Any, sizes: Sequence[int] = PLAN_SIZES, repeats: int = 2,
-                  *, refresh: bool = False) -> CostTable:
-    """This machine's costs for `model`, from the cache or measured now (a few seconds)."""
-    key = cost_key(model)
-    digest = _digest(key)
-    path = cache_dir() / f"{digest}.json"
-    if not refresh and path.is_file():
-        try:
-            table = _read_table(path)
-            _record_file(model, path.name)
-            return table
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring unreadable cost cache %s: %s", path, exc)
-    depths = depths_for(model)
-    log.warning("measuring decode costs of %s after %s tokens of context (once for this machine, "
-                "build and model; up to a minute)", model.path.name,
-                ", ".join(str(d) for d in (BASE_DEPTH, *depths)))
-    table = measure(model, sizes, repeats, FULL_SIZES, depths=depths)
+def store_costs(model: Any, table: CostTable) -> None:
+    """Write `table` to the model's cache file (atomically; a failure is logged, not raised)."""
+    path = cost_file(model)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "costs": table.to_dict()}, indent=1))
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": cost_key(model), "costs": table.to_dict()}, indent=1))
         tmp.replace(path)
         _record_file(model, path.name)
     except OSError as exc:
         log.warning("cannot cache decode costs in %s: %s", path, exc)
+
+
+def prior_costs(target: CostTable, draft_path: Path, target_path: Path) -> CostTable:
+    """A draft's costs guessed before it is ever loaded: the target's, scaled by the ratio r of
+    the files' sizes (the weights a call streams), and a one-token step by sqrt(r) (it has a
+    fixed part that does not shrink with the model). On a 2-core EPYC the default pair measured
+    0.55x for a step and 0.18-0.31x for 8-24 tokens against r = 0.32. The engine measures the
+    draft when a plan first loads it."""
+    r = min(1.0, draft_path.stat().st_size / max(target_path.stat().st_size, 1))
+
+    def scaled(t: CostTable) -> CostTable:
+        return CostTable(last={n: c * (r ** 0.5 if n == 1 else r) for n, c in t.last.items()},
+                         full={n: c * (r ** 0.5 if n == 1 else r) for n, c in t.full.items()})
+
+    prior = scaled(target)
+    prior.deep = {d: scaled(t) for d, t in target.deep.items()}
+    prior.make_monotone()
+    return prior
+
+
+def machine_costs(model: Any, *, depths: bool = False, refresh: bool = False) -> CostTable:
+    """This machine's costs for `model`, from the cache or measured now. A first measurement is
+    quick (one repeat of the sizes plans use, after BASE_DEPTH tokens: seconds); the decoder's
+    own calls refine it later (`CostTable.learn`). `depths`: also sweep the deeper contexts the
+    model holds (DEPTHS; a minute or more on a 2-core CPU), once, for the bench and `doctor`."""
+    path = cost_file(model)
+    table = None
+    if not refresh and path.is_file():
+        try:
+            table = read_costs(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable cost cache %s: %s", path, exc)
+    if table is None:
+        log.info("timing decode calls of %s (first use on this machine, build and model)", model.path.name)
+        table = measure(model, PLAN_SIZES, 1, QUICK_FULL_SIZES,
+                        progress=f"first use: timing {model.path.name}")
+    elif not (depths and not table.depths_measured and depths_for(model)):
+        _record_file(model, path.name)
+        return table
+    if depths and depths_for(model):
+        swept = measure(model, DEPTH_LAST, 1, DEPTH_FULL, depths=depths_for(model),
+                        progress=f"timing {model.path.name} after deeper contexts")
+        table.deep.update(swept.deep)
+        table.depths_measured = True
+        table.make_monotone()
+    store_costs(model, table)
     return table

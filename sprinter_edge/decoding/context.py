@@ -107,22 +107,26 @@ class DecodeContext:
         assert self.target is not None
         t0 = time.perf_counter()
         out = self.target.sync(context, n_logits=n_logits)
-        self.stats.timings.target_seconds += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self.stats.timings.target_seconds += seconds
         c, n = self.stats.counters, self.target.last_decoded
         c.target_calls += 1
         c.target_tokens += n
         c.target_rows += min(n_logits, n)
-        self.stats.calls.add("target", n, min(n_logits, n), len(context) - n)
+        self.stats.calls.add("target", n, min(n_logits, n), len(context) - n, seconds * 1e3)
         return out
 
     def draft_step(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
         draft = self.load_draft()
         t0 = time.perf_counter()
         out = draft.sync(context, n_logits=n_logits, hidden=hidden)
-        self.stats.timings.draft_seconds += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self.stats.timings.draft_seconds += seconds
         self.stats.counters.draft_calls += 1
         n = draft.last_decoded
-        self.stats.calls.add("draft", n, min(n_logits, n), len(context) - n)
+        # a call asked for hidden states is dearer than the plain calls the table prices
+        self.stats.calls.add("draft", n, min(n_logits, n), len(context) - n,
+                             None if hidden else seconds * 1e3)
         return out
 
     def text_eog(self, token: int) -> bool:

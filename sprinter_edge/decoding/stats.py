@@ -27,7 +27,9 @@ class Origin(str, Enum):
     TARGET = "target"  # sampled from the target (ar)
     DRAFT = "draft"  # sampled from the draft alone (draft)
     KEPT = "kept"  # passed by the verifier, never seen by the target (sprinter)
-    ACCEPTED = "accepted"  # proposed token accepted by the p/q test
+    ACCEPTED = "accepted"  # a drafted token accepted by the p/q test
+    COPIED = "copied"  # a copied token (prompt, reply, prediction) accepted by the p/q test
+    GUIDED = "guided"  # a token of the grammar's fast-forward span accepted by the p/q test
     RESAMPLED = "resampled"  # replacement drawn from the residual after a rejection
     BONUS = "bonus"  # extra target token after an accepted last proposed token
     FORCED = "forced"  # the only token the grammar allows: committed without the target (exact)
@@ -35,7 +37,8 @@ class Origin(str, Enum):
 
 _ORIGIN_FIELD = {
     Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
-    Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
+    Origin.ACCEPTED: "accepted", Origin.COPIED: "accepted", Origin.GUIDED: "accepted",
+    Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
     Origin.FORCED: "forced",
 }
 
@@ -110,14 +113,26 @@ class CallLog:
 
     target: Counter[tuple[int, int, int]] = field(default_factory=Counter)
     draft: Counter[tuple[int, int, int]] = field(default_factory=Counter)
+    # the calls that were timed as the table prices them: (role, key) -> [calls, total ms]
+    # (the engine refines its cost tables from them)
+    timed: dict[tuple[str, tuple[int, int, int]], list[float]] = field(default_factory=dict)
 
-    def add(self, role: str, tokens: int, rows: int, depth: int) -> None:
+    def add(self, role: str, tokens: int, rows: int, depth: int, ms: float | None = None) -> None:
         if tokens:  # a sync that found everything in the KV decoded nothing
-            getattr(self, role)[(tokens, rows, depth // DEPTH_STEP)] += 1
+            key = (tokens, rows, depth // DEPTH_STEP)
+            getattr(self, role)[key] += 1
+            if ms is not None:
+                entry = self.timed.setdefault((role, key), [0, 0.0])
+                entry[0] += 1
+                entry[1] += ms
 
     def merge(self, other: CallLog) -> None:
         self.target.update(other.target)
         self.draft.update(other.draft)
+        for k, (calls, ms) in other.timed.items():
+            entry = self.timed.setdefault(k, [0, 0.0])
+            entry[0] += calls
+            entry[1] += ms
 
 
 @dataclass
@@ -191,6 +206,9 @@ class Stats:
     point: PointUsed = field(default_factory=PointUsed)
     prediction: PredictionUsage | None = None  # when the client sent a predicted output
     calls: CallLog = field(default_factory=CallLog)  # not in to_dict: the cost model reads it
+    # what plain decoding (`ar`) would have taken for these tokens after this prompt, by this
+    # machine's cost table (None when the engine has none yet)
+    baseline_seconds: float | None = None
 
     @property
     def new_tokens(self) -> int:
@@ -252,6 +270,9 @@ class Stats:
             decode_seconds=round(t.decode_seconds, 4),
             overhead_seconds=round(t.overhead_seconds, 4),
             mean_run_length=round(self.mean_run_length, 3) if self.method == "sprinter" else None,
+            baseline_seconds=self.baseline_seconds,
+            speedup_estimate=round(self.baseline_seconds / t.decode_seconds, 3)
+            if self.baseline_seconds and self.new_tokens else None,
         )
         for k, v in d.items():
             if isinstance(v, float):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..backend.llama import LlamaModel
@@ -94,8 +94,10 @@ class Generation:
         *,
         stop: Sequence[str] = (),
         text_model: LlamaModel,
+        on_finish: Callable[[Stats], None] | None = None,
     ):
         self.strategy = strategy
+        self.on_finish = on_finish  # called with the reply's stats once it ends
         self.ctx = ctx
         self.prompt = prompt
         self.stop = [s for s in stop if s]
@@ -222,6 +224,8 @@ class Generation:
                 finish_reason=finish, origins=origins,
                 logprobs=logprobs if want_logprobs else None,
             )
+            if self.on_finish is not None:
+                self.on_finish(stats)
 
 
 def _find_stop(text: str, stops: Sequence[str], emitted: int) -> int | None:

@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from importlib.resources import files
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import Engine
@@ -93,13 +95,30 @@ def install_error_handlers(app: FastAPI) -> None:
 
 # ---------------------------------------------------------------------------- status
 
+@router.get("/", include_in_schema=False)
+async def page(request: Request) -> HTMLResponse:
+    """The chat page: one file, no build step and nothing fetched from elsewhere."""
+    from ..methods import DEFAULT_METHOD, METHODS
+
+    html = (files(__package__) / "page.html").read_text(encoding="utf-8")
+    html = html.replace("__METHODS__", json.dumps(list(METHODS))).replace(
+        "__DEFAULT_METHOD__", json.dumps(state_of(request).engine.settings.method or DEFAULT_METHOD))
+    return HTMLResponse(html)
+
+
 @router.get("/health")
-async def health(request: Request) -> dict[str, Any]:
+async def health(request: Request) -> Any:
     s = state_of(request)
     c = s.worker.counters
-    return {"status": "ok", "model": s.model_id, "method": s.engine.settings.method, "busy": c.busy,
+    body = {"status": "ok", "model": s.model_id, "method": s.engine.settings.method, "busy": c.busy,
             "queued": s.worker.queued, "completed": c.completed, "cancelled": c.cancelled,
             "failed": c.failed}
+    if s.worker.state != "ready":  # as llama.cpp's server: 503 while the models load
+        body["status"] = s.worker.state
+        if s.worker.load_error is not None:
+            body["error"] = str(s.worker.load_error)
+        return JSONResponse(body, status_code=503)
+    return body
 
 
 @router.get("/v1/models")
@@ -201,7 +220,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     base = envelope("chatcmpl", "chat.completion.chunk" if body.stream else "chat.completion",
                     s.model_id)
     if body.stream:
-        shaper = ChatChunks(job.pieces, logprobs=body.logprobs, tools=plan.tool_stream())
+        shaper = ChatChunks(job.pieces, logprobs=body.logprobs, tools=plan.tool_stream(),
+                            origins=bool(body.origins))
         return stream_response(job, base, shaper, include_usage=_include_usage(body))
     result = await collect(job)
     if not plan.tools:

@@ -40,9 +40,10 @@ def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None
 
 def serve(engine: Engine, *, model_id: str, host: str = "127.0.0.1", port: int = 8000,
           defaults: SamplingParams | None = None, log_level: str = "info") -> None:
-    """Load the models and serve until interrupted."""
+    """Serve until interrupted: listening at once, the models loading on the worker thread
+    (/health says "loading" with a 503 until they are; requests wait in line)."""
     import uvicorn
 
-    engine.load()
-    app = create_app(engine, model_id=model_id, defaults=defaults)
+    app = create_app(engine, model_id=model_id, defaults=defaults,
+                     worker=EngineWorker(engine, prepare=engine.load))
     uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1)

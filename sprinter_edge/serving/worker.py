@@ -37,6 +37,7 @@ class Job:
     # the bytes of every token a chunk's or result's logprobs name, filled by the worker
     # before the event is emitted (the tokenizer belongs to the worker thread)
     pieces: dict[int, bytes] = field(default_factory=dict)
+    origins: bool = False  # the stream shows each token's origin: note every token's bytes
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -55,9 +56,15 @@ class WorkerCounters:
 
 
 class EngineWorker:
-    def __init__(self, engine: Engine):
+    """`prepare` (e.g. `engine.load`) runs on the worker thread before the first job: the server
+    listens at once and answers /health with "loading" meanwhile; jobs queue behind it."""
+
+    def __init__(self, engine: Engine, *, prepare: Callable[[], object] | None = None):
         self.engine = engine
         self.counters = WorkerCounters()
+        self._prepare = prepare
+        self.state = "loading" if prepare is not None else "ready"  # | "failed"
+        self.load_error: Exception | None = None
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="sprinter-edge-worker", daemon=True)
 
@@ -72,14 +79,21 @@ class EngineWorker:
     def queued(self) -> int:
         return self._jobs.qsize()
 
-    def submit(self, prompt: str | Sequence[Message] | list[int] | PromptBuilder,
-               **kwargs: Any) -> Job:
+    def submit(self, prompt: str | Sequence[Message] | list[int] | PromptBuilder, *,
+               origins: bool = False, **kwargs: Any) -> Job:
         """Queue a generation (call from the event loop); read its events from `job.events`."""
-        job = Job(prompt, kwargs, asyncio.get_running_loop())
+        job = Job(prompt, kwargs, asyncio.get_running_loop(), origins=origins)
         self._jobs.put(job)
         return job
 
     def _loop(self) -> None:
+        if self._prepare is not None:
+            try:
+                self._prepare()
+                self.state = "ready"
+            except Exception as exc:  # kept: every request is answered with it
+                log.error("loading the models failed: %s", exc)
+                self.state, self.load_error = "failed", exc
         while True:
             job = self._jobs.get()
             if job is None:
@@ -96,6 +110,10 @@ class EngineWorker:
         if job.cancelled.is_set():
             self.counters.cancelled += 1
             return
+        if self.load_error is not None:
+            self.counters.failed += 1
+            job.emit("error", self.load_error)
+            return
         try:
             prompt = job.prompt(self.engine) if callable(job.prompt) else job.prompt
             gen = self.engine.stream(prompt, **job.kwargs)
@@ -109,6 +127,8 @@ class EngineWorker:
                 if job.cancelled.is_set():
                     break
                 self._note_pieces(job, chunk.logprobs)
+                if job.origins:
+                    self._note_tokens(job, chunk.token_ids)
                 job.emit("chunk", chunk)
         except Exception as exc:
             log.exception("generation failed")
@@ -127,10 +147,12 @@ class EngineWorker:
         job.emit("done", gen.result)
 
     def _note_pieces(self, job: Job, logprobs: list[TokenLogprob] | None) -> None:
-        if not logprobs:
-            return
+        if logprobs:
+            for entry in logprobs:
+                self._note_tokens(job, [entry.token, *(t for t, _ in entry.top)])
+
+    def _note_tokens(self, job: Job, tokens: Sequence[int]) -> None:
         model = self.engine.text_model
-        for entry in logprobs:
-            for token in (entry.token, *(t for t, _ in entry.top)):
-                if token not in job.pieces:
-                    job.pieces[token] = model.token_bytes(token)
+        for token in tokens:
+            if token not in job.pieces:
+                job.pieces[token] = model.token_bytes(token)
