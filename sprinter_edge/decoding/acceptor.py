@@ -59,7 +59,7 @@ def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: 
             step.append((replacement, Origin.RESAMPLED))
             return Round(step, i, i + 1, out.logits if all_rows else None)
         ctx.record_target(logits[i], token)
-        step.append((token, Origin.ACCEPTED))
+        step.append((token, _ACCEPTED[proposal.source_of(j)]))
     if not (tokens and ctx.text_eog(tokens[-1])):
         row = logits[n_test]
         bonus = sampler.draw(sampler.prepare(row if masks is None else masked(row, masks[n_test]),
@@ -67,6 +67,9 @@ def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: 
         ctx.record_target(row, bonus)
         step.append((bonus, Origin.BONUS if tokens else Origin.TARGET))
     return Round(step, n_test, n_test, out.logits if all_rows else None)
+
+
+_ACCEPTED = {"draft": Origin.ACCEPTED, "copy": Origin.COPIED, "grammar": Origin.GUIDED}
 
 
 def _masks(ctx: DecodeContext, tokens: list[int], untested: int) -> np.ndarray | None:

@@ -14,6 +14,9 @@ Penalties (`Penalties`), on the logits row z of the token after `context`:
   context after the prompt, see `Sampler.start`) gets z - frequency * count - presence.
   llama.cpp's server counts these two over the same last-n window as the repeat penalty,
   prompt included; OpenAI and this package count the reply only.
+- logit bias (OpenAI's `logit_bias`): a fixed amount added to given tokens' logits, after the
+  penalties. Part of the target's distribution like them, so every method samples the biased
+  distribution (greedy: the biased argmax) and stays exact.
 """
 
 from __future__ import annotations
@@ -63,8 +66,17 @@ class SamplingParams:
     # OpenAI's Predicted Outputs: text the reply is expected to repeat (the file being edited);
     # the copy proposers align with it first. Changes no token of the output.
     prediction: str | None = None
+    # OpenAI's logit_bias: (token id, amount in [-100, 100]) pairs added to the logits
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", tuple(sorted(self.logit_bias.items())))
+        for token, amount in self.logit_bias:
+            if not isinstance(token, int) or token < 0:
+                raise SettingsError(f"logit_bias: {token!r} is not a token id")
+            if not -100 <= amount <= 100:
+                raise SettingsError(f"logit_bias: the bias of token {token} must be between -100 and 100")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         else:
@@ -90,7 +102,7 @@ class SamplingParams:
     @property
     def penalised(self) -> bool:
         """Whether any repetition penalty changes the logits."""
-        return (self.presence_penalty != 0 or self.frequency_penalty != 0
+        return (self.presence_penalty != 0 or self.frequency_penalty != 0 or bool(self.logit_bias)
                 or (self.repeat_penalty != 1.0 and self.repeat_last_n != 0))
 
     @property
@@ -202,6 +214,8 @@ class Penalties:
         self.prompt_len = prompt_len
         self._reply: _Counts | None = None  # presence / frequency: context[prompt_len:]
         self._all: _Counts | None = None  # repeat penalty with repeat_last_n = -1
+        self._bias_ids = np.array([t for t, _ in params.logit_bias], np.int64)
+        self._bias = np.array([b for _, b in params.logit_bias], np.float32)
 
     def apply(self, logits: np.ndarray, context: Sequence[int]) -> np.ndarray:
         p = self.params
@@ -224,6 +238,8 @@ class Penalties:
             if ids.size:
                 z[ids] -= (np.float32(p.frequency_penalty) * self._reply.counts[ids]
                            + np.float32(p.presence_penalty)).astype(np.float32)
+        if self._bias_ids.size:
+            z[self._bias_ids] += self._bias
         return z
 
 

@@ -83,7 +83,8 @@ def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: Sam
               "frequency_penalty": req.frequency_penalty,
               "repeat_penalty": req.repeat_penalty, "repeat_last_n": req.repeat_last_n,
               "constraint": constraint,
-              "prediction": req.prediction.text() if req.prediction is not None else None}
+              "prediction": req.prediction.text() if req.prediction is not None else None,
+              "logit_bias": req.bias()}
     try:
         params = defaults.replace(stop=(*req.stops(), *extra_stops), logprobs=logprobs,
                                   **{k: v for k, v in fields.items() if v is not None})
@@ -100,7 +101,8 @@ def submit(worker: EngineWorker, defaults: SamplingParams,
     """Queue the request on the worker."""
     params, point = request_params(req, defaults, logprobs=logprobs, extra_stops=extra_stops,
                                    tool_constraint=tool_constraint)
-    return worker.submit(prompt, params=params, chat=chat, method=req.method, operating_point=point)
+    return worker.submit(prompt, params=params, chat=chat, method=req.method, operating_point=point,
+                         origins=bool(req.origins))
 
 
 async def wait_started(job: Job) -> None:

@@ -214,9 +214,12 @@ class ChatChunks:
     through a ToolStream, and the logprobs of tokens whose text it holds back wait for the
     delta that carries that text."""
 
-    def __init__(self, pieces: dict[int, bytes], *, logprobs: bool, tools: ToolStream | None):
-        self.pieces, self.logprobs, self.tools = pieces, logprobs, tools
+    def __init__(self, pieces: dict[int, bytes], *, logprobs: bool, tools: ToolStream | None,
+                 origins: bool = False):
+        self.pieces, self.logprobs, self.tools, self.origins = pieces, logprobs, tools, origins
         self._held: list[TokenLogprob] = []
+        # a character split across tokens shows with the token that completes it
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def opening(self) -> Choice:
         delta = {"role": "assistant"} if self.tools is not None else {"role": "assistant", "content": ""}
@@ -225,7 +228,11 @@ class ChatChunks:
     def on_chunk(self, chunk: Chunk) -> list[Choice]:
         self._held.extend(chunk.logprobs or ())
         if self.tools is None:
-            return [self._choice({"content": chunk.text})] if chunk.text or self._held else []
+            delta: dict[str, Any] = {"content": chunk.text}
+            if self.origins:  # each token's text and origin (sprinter-edge's extension)
+                delta["origins"] = [[self._decoder.decode(self.pieces.get(t, b"")), o.value]
+                                    for t, o in zip(chunk.token_ids, chunk.origins, strict=True)]
+            return [self._choice(delta)] if chunk.text or self._held or self.origins else []
         return self._deltas(self.tools.feed(chunk.text))
 
     def on_done(self, result: GenerationResult) -> list[Choice]:

@@ -138,9 +138,13 @@ class _GenerationFields(_Strict):
     json_schema: dict[str, Any] | None = None
     grammar: str | None = None
     prediction: Prediction | None = None
+    # OpenAI's: token id (as a string) -> bias in [-100, 100] added to its logit
+    logit_bias: dict[str, float] | None = None
     # sprinter-edge extensions
     method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
+    # stream each chunk's tokens with where they came from (the chat page shades them)
+    origins: bool | None = None
 
     @field_validator("method")
     @classmethod
@@ -154,6 +158,20 @@ class _GenerationFields(_Strict):
         if isinstance(self.stop, list) and len(self.stop) > 4:
             raise ValueError("stop: at most 4 sequences")
         return self
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, amount in (value or {}).items():
+            if not key.strip().isdigit():
+                raise ValueError(f"logit_bias: keys are token ids, got {key!r}")
+            if not -100 <= amount <= 100:
+                raise ValueError(f"logit_bias: the bias of token {key} must be between -100 and 100")
+        return value
+
+    def bias(self) -> dict[int, float] | None:
+        """logit_bias with int keys."""
+        return {int(k): float(v) for k, v in self.logit_bias.items()} if self.logit_bias else None
 
     def stops(self) -> list[str]:
         if self.stop is None:

@@ -41,6 +41,16 @@ class Proposal:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def source_of(self, j: int) -> str:
+        """Who proposed token j: "grammar" (the fast-forward span), "copy" (the `copied` tokens
+        after it) or "draft"."""
+        start = self.forced + self.trusted + self.grammar
+        if j < start:
+            return "grammar"
+        # `copied` counts what a copy offered (staged: more than it kept); drafted tokens end it
+        copies = min(self.copied, len(self.tokens) - start - self.drafted)
+        return "copy" if j < start + copies else "draft"
+
 
 class Proposer(ABC):
     """Guesses continuations of the committed sequence; learns from what the target kept."""

@@ -1,0 +1,70 @@
+"""The chat page `serve` answers at GET /, used in a real headless Chromium (the system's
+package, driven by playwright): a message sent, the reply streamed with its tokens shaded by
+origin and its statistics shown, an error shown for a bad schema."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_server import fixture_server_args, httpx, running_server
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHOTS = Path(os.environ.get("SPRINTER_EDGE_SHOTS", tempfile.gettempdir()))  # screenshots, to look at
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def page_server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("page") / "server.log"
+    args = fixture_server_args(fixture_target_path, fixture_draft_path, 24)
+    with running_server([a if a != "sd" else "auto" for a in args], log) as base:
+        yield base
+
+
+def test_the_page_is_served_whole(page_server: str) -> None:
+    r = httpx.get(page_server + "/", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    assert "__METHODS__" not in html and '"lookup"' in html  # the methods filled in
+    assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs the system's chromium (apt-get install chromium)")
+def test_chat_in_a_browser(page_server: str, tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(page_server + "/")
+            page.wait_for_function("document.getElementById('status').textContent.includes('ready')",
+                                   timeout=120_000)
+            page.select_option("#method", "lookup")
+            page.fill("#prompt", "Repeat after me: one two three four five six seven eight.")
+            page.click("#send")
+            reply = page.locator(".msg.assistant").last
+            reply.locator(".stats").filter(has_text="tok/s").wait_for(timeout=120_000)
+            spans = reply.locator(".text span")
+            assert spans.count() > 0
+            origins = set(spans.evaluate_all("els => els.map(e => e.dataset.origin)"))
+            assert origins <= {"target", "bonus", "resampled", "accepted", "copied", "guided", "forced"}
+            assert "target" in origins or "bonus" in origins
+            stats = reply.locator(".stats").inner_text()
+            assert "lookup" in stats and "plain decoding" in stats  # speed-up from the cost table
+            page.screenshot(path=str(SHOTS / "reply.png"))
+
+            page.fill("#schema", '{"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}')
+            page.fill("#prompt", "Give me a JSON object.")
+            page.click("#send")
+            error = page.locator(".msg.assistant").last.locator(".text.error")
+            error.wait_for(timeout=60_000)
+            page.screenshot(path=str(SHOTS / "error.png"))
+            assert "response_format" in error.inner_text()
+        finally:
+            browser.close()
