@@ -22,6 +22,9 @@ FIXTURE_CACHE = Path(
     os.environ.get("SPRINTER_EDGE_TEST_CACHE", Path.home() / ".cache" / "sprinter-edge-tests"))
 
 sys.path.insert(0, str(ROOT / "tools"))
+# Engines keep their cost tables as first measured, so that what `auto` chooses in one test does
+# not depend on the calls earlier tests made (tests/test_first_use.py turns learning on)
+os.environ["SPRINTER_EDGE_LEARN_COSTS"] = "0"
 
 
 def smollm2_path() -> Path:

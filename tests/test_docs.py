@@ -153,3 +153,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     if not ci.exists():
         pytest.skip("no .ci/run in this checkout")
     assert SETUP_COMMANDS[1] in ci.read_text(encoding="utf-8").splitlines()
+
+
+def test_results_tables_are_rendered_from_the_raw_runs() -> None:
+    """Every table between `<!-- table: NAME -->` markers is what tools/render_tables.py makes of
+    the raw JSON in results/ (rerun it after a new run; a hand edit fails here)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "render_tables.py"), "--check"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -13,6 +13,7 @@ from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.costs.table import (
     BASE_DEPTH,
     LEARN_BUCKET,
+    LEARN_ENV,
     PLAN_SIZES,
     QUICK_FULL_SIZES,
     CostTable,
@@ -49,13 +50,18 @@ def test_deep_calls_scale_the_curve_at_their_depth() -> None:
     table.learn(16, 16, 2048, 16 * 10.0 * 1.2, count=2)  # a 16-row check: 1.2x
     deep = table.at(2048)  # (priced at the middle of its 128-token step: within 3%)
     assert deep.cost(1) == pytest.approx(15.0, rel=0.03)
+    assert deep.cost(8) == pytest.approx(15.0, rel=0.03)  # one row: the steps' ratio, every size
     assert deep.all_rows(16) == pytest.approx(192.0, rel=0.03)
-    # sizes a deep table never saw take the ratio of the nearest it did, held flat
-    assert deep.all_rows(32) == pytest.approx(32 * 10.0 * 1.2, rel=0.03)
+    assert deep.all_rows(32) == pytest.approx(32 * 10.0 * 1.2, rel=0.03)  # all rows: the checks'
     # halfway between the base depth and the learned bucket: halfway in ratio
     mid = BASE_DEPTH + (2048 - BASE_DEPTH) // 2
     assert table.at(mid).cost(1) == pytest.approx(10.0 * (1 + 0.5 * (15.0 / 10.0 - 1)), rel=0.05)
     assert 2048 in table.deep and 2048 % LEARN_BUCKET == 0
+    # a swept table keeps its measured depths: calls refine only its base
+    swept = flat(10.0)
+    swept.depths_measured = True
+    swept.learn(1, 1, 2048, 15.0, count=5)
+    assert not swept.deep
 
 
 def test_a_learned_table_survives_the_cache(tmp_path: Path) -> None:
@@ -105,7 +111,9 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_first_use_measures_quickly_and_replies_refine_it(
-        fresh_cache: Path, fixture_target_path: Path, fixture_draft_path: Path) -> None:
+        fresh_cache: Path, fixture_target_path: Path, fixture_draft_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LEARN_ENV, "1")  # on for users; the suite's conftest turns it off
     engine = Engine(fixture_target_path, fixture_draft_path, method="auto",
                     hardware=Hardware(n_ctx=1024, n_threads=1))
     try:
@@ -135,7 +143,7 @@ def test_logit_bias_is_exact_for_every_method(fixture_engine: Engine) -> None:
     prompt = "Count from one to ten:"
     plain = fixture_engine.generate(prompt, SamplingParams(max_tokens=12), method="ar")
     banned = plain.token_ids[0]
-    params = SamplingParams(max_tokens=12, logit_bias={banned: -100.0})
+    params = SamplingParams(max_tokens=6, logit_bias={banned: -100.0})  # short: no near-tie luck
     outputs = {m: fixture_engine.generate(prompt, params, method=m).token_ids for m in ("ar", "sd", "lookup")}
     assert outputs["ar"][0] != banned
     assert outputs["sd"] == outputs["ar"] and outputs["lookup"] == outputs["ar"]

@@ -38,9 +38,8 @@ PLAN_SIZES = (1, 2, 4, 8, 16, 24, 32)  # one logits row: enough to plan catch-up
 # Every size a verification may have (all rows): the curve is not monotone (a call of a multiple
 # of 16 tokens can take a faster kernel path than one of 12), and proposal lengths follow it.
 FULL_SIZES = (*range(1, 33), 40, 48, 64)  # up to 64: a long copy may be checked in one call
-# First use: all-rows sizes timed once (the 16-multiples and the sizes next to them keep the
-# curve's dips; a proposal length between two of them is interpolated until a call teaches it)
-QUICK_FULL_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 14, 15, 16, 20, 24, 28, 31, 32, 40, 48, 64)
+QUICK_FULL_SIZES = FULL_SIZES[1:]  # first use times each once (a size priced between two timed
+# ones chose proposals of the wrong length: on this curve 7 tokens cost 25% less than 8)
 BASE_DEPTH = 64  # tokens of context before the timed calls of the full curve
 DEPTHS = (512, 1024, 2048, 3072)  # deeper contexts re-timed at a few sizes (those the context holds)
 DEPTH_LAST = (1, 4, 16, 32)
@@ -61,9 +60,13 @@ class CostTable:
     full: dict[int, float] = field(default_factory=dict)
     # the same calls re-timed after deeper contexts (depth -> a table of a few sizes)
     deep: dict[int, CostTable] = field(default_factory=dict)
-    # how many timed calls stand behind each point ("last:4", "full:16"): a point measured once
-    # at first use weighs 1, each call the decoder timed there adds its count (up to LEARN_CAP)
+    # how many timed calls stand behind each point ("last:4", "full:16") or scale: a point
+    # measured once at first use weighs 1, each call the decoder timed adds its count (up to
+    # LEARN_CAP)
     weight: dict[str, float] = field(default_factory=dict)
+    # a deeper table learned from calls: the whole one-row ("last") and all-rows ("full") curves
+    # scaled by one ratio each (the calls at one depth are too few to draw a curve of their own)
+    scale: dict[str, float] = field(default_factory=dict)
     depths_measured: bool = False  # the deep tables were swept (not only learned from calls)
     _rows: list[float] = field(default_factory=list, repr=False, compare=False)
     _at: dict[int, CostTable] = field(default_factory=dict, repr=False, compare=False)
@@ -84,13 +87,15 @@ class CostTable:
 
     def _ratio(self, depth: int, n: float, which: str) -> float:
         """Cost after `depth` over cost after BASE_DEPTH, for a call of n tokens: at each deeper
-        table, the ratio at the sizes it holds, interpolated in n (held flat past its sizes: a
-        table learned from calls may know only a few); linear in depth between tables."""
+        table, its learned scale, or the ratio at the sizes it measured, interpolated in n (held
+        flat past them); linear in depth between tables."""
         base = getattr(self, which)
         points = [(BASE_DEPTH, 1.0)]
         for d, t in sorted(self.deep.items()):
             deep = getattr(t, which)
-            if deep and base:
+            if which in t.scale:
+                points.append((d, t.scale[which]))
+            elif deep and base:
                 ratios = {m: c / max(_interp(base, m), 1e-9) for m, c in deep.items()}
                 points.append((d, _interp(ratios, n, flat=True)))
         if len(points) < 2:
@@ -103,26 +108,34 @@ class CostTable:
 
     def learn(self, n: int, rows: int, depth: float, ms: float, count: int = 1) -> None:
         """`count` decode calls of n tokens returning `rows` logits rows after `depth` tokens
-        of context took `ms` each on average: fold them into the point they measure (a call
-        with some but not all rows measures neither curve and is left out)."""
+        of context took `ms` each on average. Shallow calls refine the point they measure;
+        deeper ones the scale of their depth's table (their time over the base curve's), unless
+        the deep contexts were swept (`depths_measured`: a sweep times every size). A call with
+        some but not all rows measures neither curve and is left out."""
         if n < 1 or count < 1 or ms <= 0 or rows not in (1, n):
             return
-        table = self
-        if depth >= LEARN_SHALLOW:
+        which = "last" if rows == 1 else "full"
+        if depth < LEARN_SHALLOW:
+            curve, key = getattr(self, which), f"{which}:{n}"
+            w = self.weight.get(key, 1.0) if n in curve else 0.0
+            curve[n] = (curve.get(n, 0.0) * w + ms * count) / (w + count)
+            self.weight[key] = min(w + count, LEARN_CAP)
+            if n == 1:  # one token: its one row is all its rows
+                self.full[1] = self.last[1]
+        elif not self.depths_measured and getattr(self, which):
             bucket = max(LEARN_BUCKET, int(round(depth / LEARN_BUCKET)) * LEARN_BUCKET)
             table = self.deep.setdefault(bucket, CostTable())
-        which = "last" if rows == 1 else "full"
-        curve = getattr(table, which)
-        key = f"{which}:{n}"
-        w = table.weight.get(key, 1.0) if n in curve else 0.0
-        curve[n] = (curve.get(n, 0.0) * w + ms * count) / (w + count)
-        table.weight[key] = min(w + count, LEARN_CAP)
+            ratio = ms / max(_interp(getattr(self, which), n), 1e-9)
+            w = table.weight.get(which, 0.0)
+            table.scale[which] = (table.scale.get(which, 0.0) * w + ratio * count) / (w + count)
+            table.weight[which] = min(w + count, LEARN_CAP)
         self._rows, self._at = [], {}
 
     def replace_with(self, other: CostTable) -> None:
         """Take `other`'s costs in place (every holder of this table sees them)."""
         self.last, self.full, self.deep = dict(other.last), dict(other.full), dict(other.deep)
         self.weight, self.depths_measured = dict(other.weight), other.depths_measured
+        self.scale = dict(other.scale)
         self._rows, self._at = [], {}
 
     def all_rows(self, n: int) -> float:
@@ -149,6 +162,8 @@ class CostTable:
             d["after_depth"] = {str(k): t.to_dict() for k, t in sorted(self.deep.items())}
         if self.weight:
             d["weight"] = {k: round(v, 1) for k, v in sorted(self.weight.items())}
+        if self.scale:
+            d["scale"] = {k: round(v, 4) for k, v in sorted(self.scale.items())}
         if self.depths_measured:
             d["depths_measured"] = True
         return d
@@ -159,6 +174,7 @@ class CostTable:
                    full={int(k): float(v) for k, v in data["all_rows_ms"].items()},
                    deep={int(k): cls.from_dict(v) for k, v in data.get("after_depth", {}).items()},
                    weight={str(k): float(v) for k, v in data.get("weight", {}).items()},
+                   scale={str(k): float(v) for k, v in data.get("scale", {}).items()},
                    depths_measured=bool(data.get("depths_measured", False)))
 
     def make_monotone(self) -> None:
@@ -374,6 +390,14 @@ def _record_file(model: Any, costs_file: str) -> None:
         log.warning("cannot record the cost table of %s in %s: %s", model.path.name, path, exc)
 
 
+LEARN_ENV = "SPRINTER_EDGE_LEARN_COSTS"  # "0": keep the cached tables as measured (reproducible runs)
+
+
+def learning_on() -> bool:
+    """Whether engines refine their cost tables from their calls (on unless LEARN_ENV is "0")."""
+    return os.environ.get(LEARN_ENV, "1") != "0"
+
+
 def store_costs(model: Any, table: CostTable) -> None:
     """Write `table` to the model's cache file (atomically; a failure is logged, not raised)."""
     path = cost_file(model)
@@ -401,6 +425,8 @@ def prior_costs(target: CostTable, draft_path: Path, target_path: Path) -> CostT
 
     prior = scaled(target)
     prior.deep = {d: scaled(t) for d, t in target.deep.items()}
+    for d, t in target.deep.items():
+        prior.deep[d].scale = dict(t.scale)  # a depth's learned ratio holds for a smaller model too
     prior.make_monotone()
     return prior
 
