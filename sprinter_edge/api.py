@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,22 @@ from .backend.llama import LlamaModel, LoadOptions, common_prefix
 from .backend.prompt_cache import PromptCache
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
-from .costs.table import CostTable, cached_file_costs, machine_costs, prior_costs, store_costs
-from .decoding import DecodeContext, Generation, GenerationResult, PointUsed, Stats, Strategy
+from .costs.table import CostTable, cached_file_costs, learning_on, machine_costs, prior_costs, store_costs
+from .decoding import (
+    STRATEGIES,
+    DecodeContext,
+    Generation,
+    GenerationResult,
+    PointUsed,
+    Stats,
+    Strategy,
+    all_settings,
+)
 from .decoding.sampling import Sampler, SamplingParams
+from .decoding.settings import resolve
 from .decoding.stats import DEPTH_STEP
 from .errors import ContextOverflowError, SettingsError, SprinterError, TokenizerMismatchError
-from .methods import DEFAULT_METHOD, EXACT_KINDS, get_strategy, may_approximate
+from .methods import DEFAULT_METHOD, EXACT_KINDS, exact_methods, get_strategy, may_approximate
 from .planning.planner import Planner, make_planner
 from .prompting import Message, prompt_domain, prompt_tokens, render_chat, request_kind
 from .verifiers.base import Verifier
@@ -52,25 +62,39 @@ class Hardware:
 
 @dataclass
 class DecodeSettings:
-    """How the engine decodes unless a call says otherwise (validated on every change)."""
+    """How the engine decodes unless a call says otherwise (validated on every change): the
+    method, SPRINTER's operating point, and the methods' own settings (`values`, each declared
+    by its method: decoding/settings.py), also readable as attributes (`settings.draft_len`)."""
 
     method: str = DEFAULT_METHOD
     point: OperatingPoint = field(default_factory=OperatingPoint)  # sprinter's operating point
-    run_cap: int | None = 20  # sprinter: longest run without the target; None: no cap
-    draft_len: int = 4  # sd: tokens drafted per round
+    values: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         get_strategy(self.method)  # raises for an unknown method
-        if self.run_cap is not None and self.run_cap < 1:
-            raise SettingsError(f"run_cap must be >= 1 (or None for no cap), not {self.run_cap}")
-        if self.draft_len < 1:
-            raise SettingsError(f"draft_len must be >= 1, not {self.draft_len}")
+        self.values = resolve(all_settings(), self.values)
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values")
+        if values is not None and name in values:
+            return values[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("method", "point", "values"):
+            object.__setattr__(self, name, value)
+            return
+        known = all_settings()
+        if name not in known:
+            raise AttributeError(f"no method declares a setting {name!r}")
+        self.values[name] = known[name].check(value)
 
 
 class Engine:
     """A draft/target pair plus a decoding method; models load on first use.
 
-    Decoding settings (method, operating point, run cap, draft length) belong to the engine;
+    Decoding settings (method, operating point, and each method's own settings as keywords,
+    e.g. `draft_len=3` for sd, `run_cap=12` for sprinter) belong to the engine;
     sampling settings (length, temperature, top-k/p, seed, stop texts) to each call, as one
     `SamplingParams`. With `method="auto"` the draft loads only when a plan drafts.
     `prompt_cache_mib` > 0 keeps the KV of earlier prompts in that much RAM, so a conversation
@@ -87,18 +111,16 @@ class Engine:
         threshold: float | None = None,
         preset: str | None = None,
         max_fp_rate: float | None = None,
-        run_cap: int | None = 20,
-        draft_len: int = 4,
         pair: PairSpec | None = None,
         prompt_cache_mib: float = 0,
+        **settings: Any,
     ):
         self.target_path = Path(target_path)
         self.draft_path = Path(draft_path) if draft_path else None
         self.hardware = hardware or Hardware()
         self.pair = pair
         self.verifier_spec = verifier
-        self.settings = DecodeSettings(method, OperatingPoint(threshold, preset, max_fp_rate),
-                                       run_cap, draft_len)
+        self.settings = DecodeSettings(method, OperatingPoint(threshold, preset, max_fp_rate), settings)
         self._check_method(method)
         self._target: LlamaModel | None = None
         self._draft: LlamaModel | None = None
@@ -106,6 +128,9 @@ class Engine:
         self._warned: set[tuple[object, ...]] = set()  # what `_warn_once` has said
         self._planner: Planner | None = None
         self._draft_prior: CostTable | None = None  # the draft's costs guessed, until it loads
+        # the cost tables this engine got from the cache or measured, by role: only these learn
+        # from the replies' calls and are stored again (never a planner set from outside)
+        self._own_costs: dict[str, CostTable] = {}
         if prompt_cache_mib < 0:
             raise SettingsError(f"prompt_cache_mib must be >= 0 (0: off), not {prompt_cache_mib}")
         # Off by default here: a library should not hold up to that much RAM unasked, and one
@@ -116,15 +141,16 @@ class Engine:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_pair(cls, name: str = "default", *, download: bool = True, offline: bool = False,
-                  progress: bool = True, **kwargs: Any) -> Engine:
-        """An engine over a registered pair; fetches only the files the method needs."""
+                  progress: bool = True, with_draft: bool = False, **kwargs: Any) -> Engine:
+        """An engine over a registered pair; fetches only the files the method needs (and the
+        draft with `with_draft`)."""
         pair = load_registry().pair(name)
         strategy = get_strategy(str(kwargs.get("method", DEFAULT_METHOD)))
 
         def fetch(model: Any) -> Path:
             return ensure_model(model, download=download, offline=offline, progress=progress)
 
-        draft = fetch(pair.draft) if strategy.uses_draft else None
+        draft = fetch(pair.draft) if strategy.uses_draft or with_draft else None
         target = fetch(pair.target) if strategy.needs_target else Path("<not loaded>")
         return cls(target, draft, pair=pair, **kwargs)
 
@@ -164,7 +190,7 @@ class Engine:
             self._draft = draft
             if self._draft_prior is not None:  # the planner priced it unmeasured: measure it now
                 self._draft_prior.replace_with(machine_costs(draft))
-                self._draft_prior = None
+                self._own_costs["draft"], self._draft_prior = self._draft_prior, None
         return self._draft
 
     def _draft_costs(self) -> CostTable:
@@ -202,14 +228,17 @@ class Engine:
     def _learn_costs(self, stats: Stats) -> None:
         """Fold a finished reply's timed calls into the planner's cost tables and store them: the
         first-use measurement is refined at the sizes and depths requests actually reach."""
-        if self._planner is None:
+        if self._planner is None or not learning_on():
             return
-        learners = {"target": (self._target, self._planner.target),
-                    "draft": (self._draft, self._planner.draft)}
+        mine = self._own_costs
+        learners = {"target": (self._target, self._planner.target if self._planner.target is
+                               mine.get("target") else None),
+                    "draft": (self._draft, self._planner.draft if self._planner.draft is
+                              mine.get("draft") else None)}
         learnt = set()
         for (role, (n, rows, step)), (count, total_ms) in stats.calls.timed.items():
             model, table = learners[role]
-            if model is None or table is None or table is self._draft_prior:
+            if model is None or table is None:
                 continue
             table.learn(n, rows, (step + 0.5) * DEPTH_STEP, total_ms / count, int(count))
             learnt.add(role)
@@ -259,8 +288,11 @@ class Engine:
                 self.draft if scored else self._draft_costs() if self.draft_path is not None else None)
             self._planner = make_planner(
                 self.target, draft, self.verifier if scored else None,
-                self.threshold() if scored else None, self.settings.run_cap,
+                self.threshold() if scored else None, self.settings.values,
                 self.pair.acceptance if self.pair is not None else None)
+            self._own_costs = {"target": self._planner.target}
+            if self._planner.draft is not None and self._planner.draft is not self._draft_prior:
+                self._own_costs["draft"] = self._planner.draft
         return self._planner
 
     def set_planner(self, planner: Planner | None) -> None:
@@ -357,31 +389,68 @@ class Engine:
         method: str | None = None,
         operating_point: OperatingPoint | None = None,
         verifier: Verifier | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> Generation:
         """Start a generation; iterate the result for text chunks, then read `.result`.
 
         `prompt` is text (wrapped in the chat template unless chat=False), a list of chat
         messages, or token ids. `params` holds the sampling settings (default: greedy, 256
-        tokens); `method`, `operating_point` and `verifier` override the engine's for this call.
+        tokens); `method`, `operating_point`, `verifier` and the methods' `settings` (e.g.
+        {"draft_len": 3}) override the engine's for this call.
         """
         params = params or SamplingParams()
+        values = self._settings_for(settings)
         strategy = self._check_method(method or self.settings.method)
+        self._check_bias(params)
+        if strategy.needs_costs:
+            strategy = get_strategy(strategy.name, self.planner())
+        tokens = self._prompt_ids(prompt, chat)
+        ctx = self._context(strategy, params, tokens, values)
+        request = self.text_model.detokenize(tokens) if isinstance(prompt, list) else prompt
+        ctx.kind = ctx.stats.kind = request_kind(request)
+        if params.prediction:
+            ctx.prediction = self.text_model.tokenize(params.prediction, add_special=False, special=False)
+            ctx.kind = ctx.stats.kind = "edit"  # the reply is expected to copy: plan for a copy
+        ctx.stats.exact = strategy.exact
+        self._operating_point(ctx, strategy, operating_point or self.settings.point, verifier, request)
+        if strategy.needs_costs:
+            planner = self.planner()
+            ctx.costs, ctx.evidence = planner.costs, planner.evidence
+        if params.logprobs is not None and not strategy.scores_every_token(ctx):
+            raise SettingsError(
+                f"logprobs need an exact method ({', '.join(exact_methods())}; auto without an operating "
+                f"point): {strategy.name!r} commits tokens the target never scores"
+                + (" (it may run sprinter at the operating point given)" if strategy.exact else ""))
+        model = ctx.target if ctx.target is not None else ctx.draft
+        return Generation(strategy, ctx, tokens, stop=params.stop, text_model=model,  # type: ignore[arg-type]
+                          on_finish=self._finished)
+
+    def _settings_for(self, settings: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The methods' settings for one call: the engine's, with `settings` checked over them."""
+        values = dict(self.settings.values)
+        if settings:
+            checked = resolve(all_settings(), settings)  # an unknown name or a bad value raises
+            values.update({name: checked[name] for name in settings})
+        return values
+
+    def _check_bias(self, params: SamplingParams) -> None:
         if params.logit_bias:
             n_vocab = self.text_model.n_vocab
             bad = [t for t, _ in params.logit_bias if t >= n_vocab]
             if bad:
                 raise SettingsError(f"logit_bias: token ids out of range [0, {n_vocab}): {bad[:5]}")
-        if strategy.needs_costs:
-            strategy = get_strategy(strategy.name, self.planner())
-        tokens = self._prompt_ids(prompt, chat)
-        point = operating_point or self.settings.point
+
+    def _context(self, strategy: Strategy, params: SamplingParams, tokens: list[int],
+                 values: dict[str, Any]) -> DecodeContext:
+        """A reply's context: the models the method needs, the budget the context leaves, the
+        constraint's matcher."""
         target = self.target if strategy.needs_target else None
         # `auto` loads the draft when a plan drafts (its first one, or a switch): a one-model
         # plan never pays for it; a method that drafts from the start loads it now
         lazy = strategy.needs_costs and self._draft is None and target is not None
         draft = self.draft if self._uses_draft(strategy) and not lazy else None
         n_ctx = min(m.n_ctx for m in (target, draft) if m is not None)
-        margin = 2 + self.settings.draft_len
+        margin = 2 + max(cls().lookahead(values) for cls in STRATEGIES.values())
         if len(tokens) + margin > n_ctx:
             raise ContextOverflowError(
                 f"the prompt has {len(tokens)} tokens; the context holds {n_ctx} "
@@ -392,19 +461,18 @@ class Engine:
             log.warning("max_tokens lowered from %d to %d to fit the context", params.max_tokens, budget)
         ctx = DecodeContext(
             target=target, draft=draft, sampler=Sampler(params), stats=Stats(),
-            max_new_tokens=budget, run_cap=self.settings.run_cap, draft_len=self.settings.draft_len,
+            max_new_tokens=budget, settings=values,
             draft_loader=(lambda: self.draft) if lazy and self._uses_draft(strategy) else None,
             prompt_cache=self.prompt_cache,
         )
         if params.constraint is not None:  # a fresh matcher: the state of the empty reply
             from .grammar import compile as compile_constraint
             ctx.grammar = compile_constraint(params.constraint, target if target is not None else draft)
-        request = self.text_model.detokenize(tokens) if isinstance(prompt, list) else prompt
-        ctx.kind = ctx.stats.kind = request_kind(request)
-        if params.prediction:
-            ctx.prediction = self.text_model.tokenize(params.prediction, add_special=False, special=False)
-            ctx.kind = ctx.stats.kind = "edit"  # the reply is expected to copy: plan for a copy
-        ctx.stats.exact = strategy.exact
+        return ctx
+
+    def _operating_point(self, ctx: DecodeContext, strategy: Strategy, point: OperatingPoint,
+                         verifier: Verifier | None, request: Any) -> None:
+        """Whether tokens the target never checks may be committed, and at which threshold."""
         asked = point.is_set or verifier is not None
         ctx.approximate_ok = may_approximate(strategy, ctx.kind, asked)
         if strategy.needs_verifier and not strategy.exact and ctx.kind in EXACT_KINDS:
@@ -414,29 +482,19 @@ class Engine:
         elif asked and not ctx.approximate_ok:
             log.info("%s request: %s keeps to exact plans whatever the operating point "
                      "(SPRINTER skips edits)", ctx.kind, strategy.name)
-        if strategy.needs_verifier and ctx.has_draft and ctx.approximate_ok:
-            ctx.verifier = verifier or self.verifier
-            domain = prompt_domain(request)
-            regime = "greedy" if params.greedy else "sampled"
-            ctx.threshold = self.threshold(point, ctx.verifier, domain, regime)
-            top = ctx.verifier.highest_score()
-            if top is not None and ctx.threshold > top:
-                self._warn_once(("threshold", ctx.verifier.name, ctx.threshold),
-                                "threshold %g is above the highest score verifier %s gives (%.6f): "
-                                "every drafted token goes to the target",
-                                ctx.threshold, ctx.verifier.name, top)
-            ctx.stats.point = PointUsed(ctx.verifier.name, domain, ctx.threshold)
-        if strategy.needs_costs:
-            planner = self.planner()
-            ctx.costs, ctx.evidence = planner.costs, planner.evidence
-        if params.logprobs is not None and not strategy.scores_every_token(ctx):
-            raise SettingsError(
-                f"logprobs need an exact method (auto without an operating point, ar, sd, lookup or "
-                f"staged): {strategy.name!r} commits tokens the target never scores"
-                + (" (it may run sprinter at the operating point given)" if strategy.exact else ""))
-        return Generation(strategy, ctx, tokens, stop=params.stop,
-                          text_model=target if target is not None else draft,  # type: ignore[arg-type]
-                          on_finish=self._finished)
+        if not (strategy.needs_verifier and ctx.has_draft and ctx.approximate_ok):
+            return
+        ctx.verifier = verifier or self.verifier
+        domain = prompt_domain(request)
+        regime = "greedy" if ctx.sampler.params.greedy else "sampled"
+        ctx.threshold = self.threshold(point, ctx.verifier, domain, regime)
+        top = ctx.verifier.highest_score()
+        if top is not None and ctx.threshold > top:
+            self._warn_once(("threshold", ctx.verifier.name, ctx.threshold),
+                            "threshold %g is above the highest score verifier %s gives (%.6f): "
+                            "every drafted token goes to the target",
+                            ctx.threshold, ctx.verifier.name, top)
+        ctx.stats.point = PointUsed(ctx.verifier.name, domain, ctx.threshold)
 
     def _warn_once(self, key: tuple[object, ...], message: str, *args: object) -> None:
         """A warning this engine gives once per `key`, however many requests earn it."""
@@ -453,10 +511,11 @@ class Engine:
         method: str | None = None,
         operating_point: OperatingPoint | None = None,
         verifier: Verifier | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> GenerationResult:
         """Generate to the end and return the text, tokens and counters (see `stream`)."""
         return self.stream(prompt, params, chat=chat, method=method, operating_point=operating_point,
-                           verifier=verifier).consume()
+                           verifier=verifier, settings=settings).consume()
 
     def chat(
         self,
@@ -465,11 +524,13 @@ class Engine:
         *,
         method: str | None = None,
         operating_point: OperatingPoint | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> GenerationResult:
         """Reply to a conversation: messages are {"role": ..., "content": ...} dicts."""
         if not messages:
             raise SettingsError("chat() needs at least one message")
-        return self.generate(list(messages), params, method=method, operating_point=operating_point)
+        return self.generate(list(messages), params, method=method, operating_point=operating_point,
+                             settings=settings)
 
 
 def check_same_tokenizer(draft: LlamaModel, target: LlamaModel) -> None:

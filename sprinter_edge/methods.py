@@ -9,9 +9,10 @@ from __future__ import annotations
 from .decoding import STRATEGIES, Strategy
 from .errors import SettingsError
 from .planning.auto import Auto
-from .planning.planner import Planner
+from .planning.planner import BASELINE, Planner
 
 DEFAULT_METHOD = Auto.name
+BASELINE_METHOD = BASELINE.name  # plain decoding: what every speed-up is against, by definition
 
 # kinds of request on which nothing approximate runs unless asked for by name: on edits
 # SPRINTER passed the draft's copy exactly where the target makes the change, and skipped the
@@ -20,11 +21,14 @@ EXACT_KINDS = frozenset({"edit"})
 
 
 def methods() -> tuple[str, ...]:
-    """Every registered method's name, `auto` first."""
+    """Every registered method's name, `auto` first (read from the registry when called, so a
+    method registered later is there)."""
     return (Auto.name, *STRATEGIES)
 
 
-METHODS = methods()
+def exact_methods() -> tuple[str, ...]:
+    """The methods whose output is the target's."""
+    return tuple(m for m in methods() if get_strategy(m).exact)
 
 
 def get_strategy(name: str, planner: Planner | None = None) -> Strategy:

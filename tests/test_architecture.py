@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sprinter_edge import Engine, SamplingParams
-from sprinter_edge.costs import CostTable
-from sprinter_edge.decoding import STRATEGIES, DecodeContext, Plan, PriceInputs, RoundPrice
+from sprinter_edge import Engine, Hardware, SamplingParams
+from sprinter_edge.costs import CostTable, Evidence
+from sprinter_edge.decoding import STRATEGIES, DecodeContext, Plan, PriceInputs, RoundPrice, Setting
 from sprinter_edge.decoding.loop import LoopStrategy
 from sprinter_edge.decoding.proposers.base import Proposal, Proposer
-from sprinter_edge.methods import get_strategy
+from sprinter_edge.errors import SettingsError
+from sprinter_edge.methods import get_strategy, methods
 from sprinter_edge.planning.planner import Planner
 
 PACKAGE = Path(__file__).resolve().parent.parent / "sprinter_edge"
@@ -131,23 +132,41 @@ def test_layers_import_only_downward() -> None:
 
 # ---------------------------------------------------------------------------- a new method
 class RepeatLast(Proposer):
-    """Proposes the last token again (a point mass: the loop stays exact)."""
+    """Proposes the last token again, `times` times (point masses: the loop stays exact)."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
-        return Proposal([seq[-1]], [seq[-1]])
+        return Proposal([seq[-1]] * self.times, [seq[-1]] * self.times, bumps=("toy_rounds",))
+
+
+TOY_ACCEPT = "toy.accept"  # the toy's learned rate: how often its repeated token is right
 
 
 class Toy(LoopStrategy):
+    """A method with a knob, a counter and a learned rate of its own, all in this one class."""
+
     name = "toy"
+    settings = (Setting("toy_repeat", 1, "toy: tokens proposed a round", minimum=1),)
+    counters = ("toy_rounds",)
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:
-        return [Plan(self.name)]
+        return [self.plan(toy_repeat=k) for k in (1, 2)]
+
+    def evidence_priors(self) -> dict[str, float]:
+        return {TOY_ACCEPT: 0.99}
 
     def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice:
-        return RoundPrice(0.0, inputs.costs.target.cost(2, 2), 100.0, 2.0)  # claims a lot
+        a, k = inputs.evidence.rate(TOY_ACCEPT, 0.99).value, plan.get("toy_repeat")
+        tokens = sum(a ** i for i in range(k + 1))
+        return RoundPrice(0.0, inputs.costs.target.cost(k + 1, k + 1), tokens, k + 1.0)
+
+    def learn(self, evidence: Evidence, done: dict[str, int]) -> None:
+        evidence.rate(TOY_ACCEPT, 0.99).add_counts(done["accepted"], done["resampled"])
 
     def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
-        return RepeatLast()
+        return RepeatLast(self.setting(ctx, plan, "toy_repeat"))
 
 
 @pytest.fixture
@@ -155,20 +174,62 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(STRATEGIES, Toy.name, Toy)  # the registry line
 
 
+PROMPT = "Count from one to ten."
+
+
 def test_a_method_is_its_strategy_and_a_registry_line(toy: None, fixture_engine: Engine) -> None:
-    assert isinstance(get_strategy("toy"), Toy)
+    assert isinstance(get_strategy("toy"), Toy) and "toy" in methods()
     params = SamplingParams(max_tokens=24)
-    ar = fixture_engine.generate("Count from one to ten.", params, method="ar")
-    got = fixture_engine.generate("Count from one to ten.", params, method="toy")
+    ar = fixture_engine.generate(PROMPT, params, method="ar")
+    got = fixture_engine.generate(PROMPT, params, method="toy", settings={"toy_repeat": 2})
     assert got.token_ids == ar.token_ids and got.stats.method == "toy" and got.stats.exact
-    assert got.stats.counters.sd_tests > 0  # its proposals went through the p/q test
-    # auto prices it through the registry and, told it is cheap, runs it
+    c = got.stats.counters
+    assert c.pq_tests > 0 and c.toy_rounds == c.target_calls  # its own counter, bumped each round
+    assert got.stats.to_dict()["toy_rounds"] == c.toy_rounds
+    with pytest.raises(SettingsError, match="toy_repeat must be >= 1"):
+        fixture_engine.generate(PROMPT, params, method="toy", settings={"toy_repeat": 0})
+
+
+def test_auto_prices_a_new_method_from_what_it_learned(toy: None, fixture_engine: Engine) -> None:
+    """Told it is cheap, auto runs the toy; its rounds teach its rate, which moves its price."""
     table = CostTable(last={1: 30.0, 32: 60.0}, full={1: 30.0, 32: 600.0})
     planner = Planner.of(table, table)
-    assert planner.best()[0].method == "toy"
+    best = planner.best()[0]
+    assert best.method == "toy" and best.label in ("toy(toy_repeat=1)", "toy(toy_repeat=2)")
+    before = planner.raw_ms(best)
     fixture_engine.set_planner(planner)
     try:
-        result = fixture_engine.generate("Count from one to ten.", params, method="auto")
+        result = fixture_engine.generate(PROMPT, SamplingParams(max_tokens=48), method="auto")
     finally:
         fixture_engine.set_planner(None)
-    assert result.stats.trace.plans_run[0] == "toy" and result.token_ids == ar.token_ids
+    assert result.stats.trace.plans_run[0] == best.label
+    learned = planner.evidence.rates[TOY_ACCEPT]
+    assert learned.value < 0.99 and planner.raw_ms(best) > before  # repeats are mostly wrong
+
+
+def test_a_new_method_runs_from_the_cli_and_the_server(toy: None, fixture_target_path: Path,
+                                                        fixture_draft_path: Path, capsys) -> None:
+    from sprinter_edge.cli import main
+
+    rc = main(["generate", PROMPT, "--target", str(fixture_target_path), "--draft", str(fixture_draft_path),
+               "--threads", "1", "--ctx", "1024", "--max-tokens", "16", "--method", "toy",
+               "--toy-repeat", "2", "--stats"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "[toy]" in err and "toy_rounds" in err  # its counter in --stats
+
+    testclient = pytest.importorskip("fastapi.testclient")
+    from sprinter_edge.serving.server import create_app
+
+    engine = Engine(fixture_target_path, fixture_draft_path, method="ar",
+                    hardware=Hardware(n_ctx=1024, n_threads=1))
+    try:
+        with testclient.TestClient(create_app(engine, model_id="toy")) as client:
+            body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 12,
+                    "method": "toy", "settings": {"toy_repeat": 2}}
+            r = client.post("/v1/chat/completions", json=body)
+            assert r.status_code == 200, r.text
+            assert r.json()["decoding"]["method"] == "toy" and r.json()["decoding"]["toy_rounds"] > 0
+            bad = client.post("/v1/chat/completions", json={**body, "settings": {"nope": 1}})
+            assert bad.status_code == 400 and "nope" in bad.json()["error"]["message"]
+    finally:
+        engine.close()

@@ -14,6 +14,8 @@ from scripted_planner import Scripted
 
 from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.costs.table import CostTable, machine_costs
+from sprinter_edge.decoding.sd import ACCEPT, Speculative
+from sprinter_edge.decoding.sprinter import FLAG_RATE, FLAGGED_ACCEPT, PRIORS
 from sprinter_edge.planning.planner import Plan, Planner, strategy_of
 from sprinter_edge.verifiers.operating_point import OperatingPoint
 
@@ -90,16 +92,16 @@ def test_measured_slowness_moves_the_choice_away() -> None:
 
 
 def test_acceptance_evidence_changes_the_prediction() -> None:
-    planner = Planner.of(table(30, 0.1), table(6, 0.1), use_sprinter=False)
+    planner = Planner.of(table(30, 0.1), table(6, 0.1), allow_approximate=False)
     before = planner.raw_ms("sd", draft_len=4)
-    planner.evidence.observe_sd(accepted=10, rejected=290)  # the draft is almost always wrong here
+    planner.evidence.rate(ACCEPT, 0.75).add_counts(10, 290)  # the draft is almost always wrong here
     assert planner.raw_ms("sd", draft_len=4) > before
     assert planner.best()[0].method in COPY_PLANS
 
 
 def test_run_cap_bounds_the_candidates() -> None:
-    planner = Planner.of(table(30, 0.02), table(6, 0.02), max_run_cap=8)
-    caps = {p.run_cap for p in planner.plans(approximate=True) if p.method == "sprinter"}
+    planner = Planner.of(table(30, 0.02), table(6, 0.02), settings={"run_cap": 8})
+    caps = {p.get("run_cap") for p in planner.plans(approximate=True) if p.method == "sprinter"}
     assert caps and max(caps) == 8
 
 
@@ -184,8 +186,9 @@ def test_switching_plans_mid_reply_keeps_greedy_output_exact(engine: Engine) -> 
     prompt = "Write a short story about a lighthouse keeper."
     ar = engine.generate(prompt, SamplingParams(max_tokens=80), method="ar")
     # sd(k=3) -> ar -> staged -> sd(k=1) -> lookup ...: each switch re-syncs the models' caches
-    script = [Plan("sd", 100.0, draft_len=3), Plan("ar", 100.0), Plan("staged", 100.0),
-              Plan("sd", 100.0, draft_len=1), Plan("lookup", 100.0)]
+    sd = Speculative()
+    script = [sd.plan(100.0, draft_len=3), Plan("ar", 100.0), Plan("staged", 100.0),
+              sd.plan(100.0, draft_len=1), Plan("lookup", 100.0)]
     engine.set_planner(Scripted(engine.planner(), script))
     try:
         auto = engine.generate(prompt, SamplingParams(max_tokens=80))
@@ -266,13 +269,15 @@ def test_pair_acceptance_priors_reach_the_planner(engine: Engine) -> None:
     from sprinter_edge.planning.planner import make_planner
 
     acc = Acceptance(sd_accept=0.9, flagged_accept=0.6, flag_rate={0.5: 0.05, 0.9: 0.15})
-    planner = make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20, acc)
-    assert planner.evidence.sd_accept.value == 0.9 and planner.evidence.flagged_accept.value == 0.6
-    assert planner.evidence.flag_rate.value == 0.15  # the nearest measured threshold
+    planner = make_planner(engine.target, engine.draft, engine.verifier, 0.85, {"run_cap": 20}, acc)
+    rates = planner.evidence.rates
+    assert rates[ACCEPT].value == 0.9 and rates[FLAGGED_ACCEPT].value == 0.6
+    assert rates[FLAG_RATE].value == 0.15  # the nearest measured threshold
     assert planner.verifier_ms > 0
     # no pair measurements and an uncalibrated verifier: generic priors
-    generic = make_planner(engine.target, engine.draft, engine.verifier, 0.85, 20)
-    assert generic.evidence.flag_rate.value == 0.2
+    generic = make_planner(engine.target, engine.draft, engine.verifier, 0.85, {"run_cap": 20})
+    assert FLAG_RATE not in generic.evidence.rates  # nothing measured: sprinter's own prior holds
+    assert generic.evidence.rate(FLAG_RATE, PRIORS[FLAG_RATE]).value == 0.2
 
 
 def test_malformed_pair_acceptance_is_refused() -> None:

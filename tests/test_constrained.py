@@ -139,7 +139,7 @@ def test_lookup_spans_are_cut_where_the_grammar_rejects_them(engine: Engine) -> 
     result = engine.generate(prompt, SamplingParams(max_tokens=MAX_TOKENS, constraint=PERSON),
                              method="lookup")
     _check_person(result.text)
-    assert result.stats.counters.lookup_accepted > 0
+    assert result.stats.counters.copied_accepted > 0
 
 
 def test_forced_text_costs_no_target_call(engine: Engine) -> None:

@@ -120,5 +120,5 @@ def test_default_auto_is_ar_token_for_token_with_repacking_off(default_pair_path
             auto = engine.generate(prompt, params)
             assert auto.token_ids == ar.token_ids, (prompt[:40], auto.stats.trace.plans_run)
             assert auto.stats.exact and not any(p.startswith("sprinter") for p in auto.stats.trace.plans_run)
-            copied += auto.stats.counters.lookup_accepted
+            copied += auto.stats.counters.copied_accepted
         assert copied > 20  # the edit requests ran on copied spans

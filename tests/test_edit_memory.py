@@ -8,6 +8,8 @@ import random
 from sprinter_edge.backend.llama import common_prefix
 from sprinter_edge.costs import Costs, CostTable, Evidence
 from sprinter_edge.decoding import DecodeContext, Stats
+from sprinter_edge.decoding.lookup import COPIES
+from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.edit_memory import EditMemory
 from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
@@ -98,7 +100,8 @@ def test_a_token_the_target_never_copies_ends_the_copy() -> None:
         rng = random.Random(seed)
         source = [rng.randrange(20, 80) for _ in range(150)]
         prompt = [1, 2, 3] + source + [FENCE] + [rng.randrange(20, 80) for _ in range(60)]
-        proposed, accepted, _ = replay(PromptLookup(evidence.copy("edit")), prompt, source + [END],
+        proposed, accepted, _ = replay(PromptLookup(evidence.of_kind(COPIES, "edit", CopyEvidence)), prompt,
+                                       source + [END],
                                        max_new_tokens=1000)
         return proposed - accepted
 

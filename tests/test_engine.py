@@ -67,7 +67,7 @@ def _counters_add_up(result) -> None:  # noqa: ANN001
 
 _COUNTER = {Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
             Origin.ACCEPTED: "accepted", Origin.RESAMPLED: "resampled", Origin.BONUS: "bonus",
-            Origin.FORCED: "forced"}
+            Origin.FORCED: "forced", Origin.COPIED: "accepted", Origin.GUIDED: "accepted"}
 
 
 def _sd_rounds(origins: list[Origin]) -> list[list[Origin]]:
@@ -93,9 +93,9 @@ def test_counters_are_consistent(fixture_engine: Engine, method: str) -> None:
         assert s.counters.target_calls == 0 and s.counters.draft_calls == s.new_tokens
     if method == "sprinter":
         # every target call is one catch-up: one SD test each
-        assert s.counters.target_calls == s.counters.sd_tests == s.counters.accepted + s.counters.resampled
-        assert s.counters.flags + s.counters.cap_hits + s.counters.eog_checks == s.counters.sd_tests
-        assert s.counters.draft_calls == s.counters.draft_tokens == s.counters.kept + s.counters.sd_tests
+        assert s.counters.target_calls == s.counters.pq_tests == s.counters.accepted + s.counters.resampled
+        assert s.counters.flags + s.counters.cap_hits + s.counters.eog_checks == s.counters.pq_tests
+        assert s.counters.draft_calls == s.counters.draft_tokens == s.counters.kept + s.counters.pq_tests
     if method == "sd":
         k = fixture_engine.settings.draft_len
         assert result.finish_reason == "length"  # every round is in `origins`
@@ -122,7 +122,7 @@ def test_sprinter_always_flag_equals_sd_k1(fixture_engine: Engine, temperature: 
     for prompt in PROMPTS[:5]:
         params = SamplingParams(max_tokens=24, temperature=temperature, seed=seed)
         sd = fixture_engine.stream(prompt, params, method="sd")
-        sd.ctx.draft_len = 1
+        sd.ctx.settings["draft_len"] = 1
         sd_result = sd.consume()
         spr = fixture_engine.generate(prompt, params, method="sprinter", verifier=AlwaysFlag(),
                                       operating_point=HALF)
@@ -138,8 +138,8 @@ def test_sprinter_never_flag_without_cap_equals_draft(fixture_engine: Engine, te
         draft = fixture_engine.generate(prompt, params, method="draft")
         gen = fixture_engine.stream(prompt, params, method="sprinter", verifier=NeverFlag(),
                                     operating_point=HALF)
-        gen.ctx.run_cap = None
-        gen.ctx.verify_eog = False
+        gen.ctx.settings["run_cap"] = None
+        gen.ctx.settings["verify_eog"] = False
         spr = gen.consume()
         assert spr.token_ids == draft.token_ids, prompt
         assert spr.stats.counters.target_calls == 0
@@ -159,8 +159,8 @@ def test_oracle_sprinter_reproduces_ar_with_few_target_calls(fixture_engine: Eng
 def test_run_cap_bounds_runs(fixture_engine: Engine) -> None:
     gen = fixture_engine.stream(PROMPTS[1], SamplingParams(max_tokens=40), method="sprinter",
                                 verifier=NeverFlag(), operating_point=HALF)
-    gen.ctx.run_cap = 5
-    gen.ctx.verify_eog = False
+    gen.ctx.settings["run_cap"] = 5
+    gen.ctx.settings["verify_eog"] = False
     result = gen.consume()
     run = longest = 0
     for origin in result.origins:

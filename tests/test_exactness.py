@@ -91,7 +91,7 @@ def _sample_sd(engine: Engine, prompt: list[int], params: SamplingParams, n: int
     seen: Counter = Counter()
     for seed in range(n):
         gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
-        gen.ctx.draft_len = 2
+        gen.ctx.settings["draft_len"] = 2
         result = gen.consume()
         counts[_cell(result)] += 1
         seen.update(result.origins)
@@ -213,7 +213,7 @@ def test_sd_greedy_matches_a_step_by_step_reference(fixture_engine: Engine, draf
             _recording(engine.draft, draft_calls, patch, with_rows=False)
             _recording(engine.target, target_calls, patch, with_rows=True)
             gen = engine.stream(prompt, SamplingParams(max_tokens=max_tokens), method="sd")
-            gen.ctx.draft_len = draft_len
+            gen.ctx.settings["draft_len"] = draft_len
             result = gen.consume()
         prefill = [prompt[:-1]]  # each model reads the prompt but its last token first
         assert result.token_ids == ref.tokens, text
@@ -374,7 +374,7 @@ def test_greedy_penalties_sd_equals_ar_equals_a_step_by_step_reference(
         assert ar.token_ids == ref, text
         for draft_len in (4, 2):
             gen = engine.stream(prompt, params, method="sd")
-            gen.ctx.draft_len = draft_len
+            gen.ctx.settings["draft_len"] = draft_len
             sd = gen.consume()
             assert sd.token_ids == ar.token_ids, (text, draft_len)
             assert sd.stats.counters.accepted + sd.stats.counters.resampled > 0

@@ -60,7 +60,7 @@ def test_long_greedy_lookup_follows_ar_where_the_machine_is_batch_invariant(
         params = SamplingParams(max_tokens=320)
         ar = engine.generate(LONG_EDIT, params, method="ar")
         lookup = engine.generate(LONG_EDIT, params, method="lookup")
-        assert len(ar.token_ids) >= 200 and lookup.stats.counters.lookup_accepted > 100
+        assert len(ar.token_ids) >= 200 and lookup.stats.counters.copied_accepted > 100
         if lookup.token_ids == ar.token_ids:
             return
         at, margin = _first_flip(engine, LONG_EDIT, ar.token_ids, lookup.token_ids)

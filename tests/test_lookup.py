@@ -14,8 +14,8 @@ import pytest
 from test_exactness import ALPHA, PROMPTS, _cell, _chisquare_pvalue, _exact_joint
 
 from sprinter_edge import Engine, SamplingParams
-from sprinter_edge.costs import CopyEvidence
 from sprinter_edge.costs.table import CostTable
+from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.prompt_lookup import (
     SuffixIndex,
     best_length,
@@ -129,7 +129,7 @@ def test_greedy_lookup_is_identical_to_ar(lookup_engine: Engine, method: str) ->
         ar = engine.generate(prompt, params, method="ar")
         got = engine.generate(prompt, params, method=method)
         assert got.token_ids == ar.token_ids, (method, prompt)
-        copied += got.stats.counters.lookup_accepted
+        copied += got.stats.counters.copied_accepted
         assert got.stats.exact
     assert copied > 5  # the copy prompt really ran on copied spans
 
@@ -146,7 +146,7 @@ def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> 
     for seed in range(n):
         result = engine.generate(prompt, params.replace(seed=seed), method="lookup")
         counts[_cell(result)] += 1
-        proposed += result.stats.counters.lookup_tokens
+        proposed += result.stats.counters.copied_tokens
     assert proposed >= n  # proposals were made and tested
     assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
 

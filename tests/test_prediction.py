@@ -34,7 +34,7 @@ def test_a_prediction_is_copied_and_the_output_is_the_targets(fixture_engine: En
     # exact: the same tokens as ar with or without the prediction
     assert plain.token_ids == ar.token_ids and predicted.token_ids == ar.token_ids
     c = predicted.stats.counters
-    assert c.lookup_accepted > plain.stats.counters.lookup_accepted
+    assert c.copied_accepted > plain.stats.counters.copied_accepted
     assert c.target_calls < plain.stats.counters.target_calls  # copied, not decoded one by one
     usage = predicted.stats.prediction
     assert usage is not None and usage.accepted_prediction_tokens >= 0.9 * len(ar.token_ids)

@@ -10,6 +10,7 @@ import pytest
 from sprinter_edge.costs import Evidence, Rate
 from sprinter_edge.costs.table import CostTable
 from sprinter_edge.decoding.run_policy import RunPolicy, Verdict
+from sprinter_edge.decoding.sprinter import FLAG_RATE, FLAGGED_ACCEPT
 from sprinter_edge.planning.planner import Planner
 from sprinter_edge.training.collect import simulated_run_position
 
@@ -52,9 +53,9 @@ def test_the_planner_prices_the_policys_runs() -> None:
     """The planner's SPRINTER round is the expectation over `run_lengths`, nothing restated."""
     table = CostTable(last={n: 10.0 + 5.0 * n for n in (1, 2, 4, 8, 16, 32, 64)},
                       full={n: 10.0 + 6.0 * n for n in (1, 2, 4, 8, 16, 32, 64)})
-    evidence = Evidence(flag_rate=Rate(0.25), flagged_accept=Rate(0.6))
+    evidence = Evidence({FLAG_RATE: Rate(0.25), FLAGGED_ACCEPT: Rate(0.6)})
     planner = Planner.of(table, table, evidence=evidence, verifier_ms=0.5)
-    r = planner.round("sprinter", run_cap=8)
+    r = planner.round_of("sprinter", run_cap=8)
     runs = list(RunPolicy(0.0, 8).run_lengths(0.25))
     assert r.tokens == pytest.approx(sum(p * (k + 1 + 0.6) for k, p in runs))
     assert r.target_ms == pytest.approx(sum(p * table.cost(k + 2, 2) for k, p in runs))

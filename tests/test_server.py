@@ -97,7 +97,7 @@ def test_chat_completion(client) -> None:
     assert choice.finish_reason in ("stop", "length")
     assert r.usage.completion_tokens <= 6 and r.usage.prompt_tokens > 10
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
-    extra = r.model_extra["sprinter"]
+    extra = r.model_extra["decoding"]
     assert extra["method"] == "sd" and extra["target_calls"] >= 1
 
 
@@ -121,7 +121,7 @@ def test_chat_stream_matches_plain(client) -> None:
 def test_completions_and_method_extension(client) -> None:
     r = client.completions.create(model="fixture", prompt="The capital of France is", max_tokens=4,
                                   extra_body={"method": "ar"})
-    assert r.choices[0].text and r.model_extra["sprinter"]["method"] == "ar"
+    assert r.choices[0].text and r.model_extra["decoding"]["method"] == "ar"
     stream = client.completions.create(model="fixture", prompt="The capital of France is",
                                        max_tokens=4, stream=True, extra_body={"method": "ar"})
     assert "".join(ev.choices[0].text for ev in stream if ev.choices) == r.choices[0].text

@@ -144,7 +144,7 @@ def test_response_format_json_schema(client) -> None:
     assert isinstance(person["name"], str) and len(person["name"]) <= 16
     assert isinstance(person["age"], int) and 0 <= person["age"] <= 120
     assert person["colour"] in ("red", "green", "blue")
-    extra = r.model_extra["sprinter"]
+    extra = r.model_extra["decoding"]
     assert extra["forced"] > 0  # `{"name": "` and the like cost no target call
     assert {"grammar_proposed", "grammar_accepted"} <= extra.keys()
     # the same schema streamed: the same text
@@ -244,7 +244,7 @@ def test_prediction_counts_and_leaves_the_text_unchanged(client) -> None:
             accepted, rejected = details.accepted_prediction_tokens, details.rejected_prediction_tokens
             assert accepted >= 0 and rejected >= 0 and accepted + rejected > 0
             assert accepted <= r.usage.completion_tokens
-            extra = r.model_extra["sprinter"]
+            extra = r.model_extra["decoding"]
             assert (extra["accepted_prediction_tokens"], extra["rejected_prediction_tokens"]) == (
                 accepted, rejected)
     stream = client.chat.completions.create(model="fixture", messages=messages, max_tokens=32,

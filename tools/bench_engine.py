@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 s = engine.generate(tokens, SamplingParams(max_tokens=args.max_tokens), method=method).stats
                 overhead[method].append(s.overhead_seconds / max(1, s.new_tokens) * 1e3)
                 if method == "sprinter":
-                    catchup_calls.append(s.target_calls / max(1, s.sd_tests))
+                    catchup_calls.append(s.target_calls / max(1, s.pq_tests))
     print(f"ar tok/s: sprinter-edge {statistics.median(ours):.2f}  llama-cpp-python create_completion "
           f"{statistics.median(theirs):.2f}  ratio {statistics.median(ours) / statistics.median(theirs):.3f}")
     for method, values in overhead.items():

@@ -19,10 +19,12 @@ from __future__ import annotations
 from edit_replies import parser, setup
 
 from sprinter_edge.backend.llama import common_prefix
-from sprinter_edge.costs import evidence
 from sprinter_edge.costs.table import CostTable, machine_costs
 from sprinter_edge.decoding import DecodeContext, Stats
+from sprinter_edge.decoding.lookup import COPIES
+from sprinter_edge.decoding.proposers import copy_evidence as evidence
 from sprinter_edge.decoding.proposers import prompt_lookup as lookup
+from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 from sprinter_edge.planning.planner import Planner
@@ -143,7 +145,8 @@ def main() -> int:
         planner = Planner.of(target=target)
         total, calls, plain, rows = 0.0, 0, 0, 0
         for _, prompt, reply in encoded:
-            ms, stats = replay(PromptLookup(planner.evidence.copy("edit"), **options),
+            copies = planner.evidence.of_kind(COPIES, "edit", CopyEvidence)
+            ms, stats = replay(PromptLookup(copies, **options),
                                planner, prompt, reply)
             total += ms
             calls += stats.counters.target_calls

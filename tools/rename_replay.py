@@ -27,6 +27,8 @@ from sprinter_edge.bench.edits_files import file_edit_prompts
 from sprinter_edge.costs import Costs, CostTable, Evidence
 from sprinter_edge.costs.table import _digest, cache_dir, cost_key
 from sprinter_edge.decoding import DecodeContext, Stats
+from sprinter_edge.decoding.lookup import COPIES
+from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
@@ -103,7 +105,8 @@ def main() -> int:
             print(f"  {pid}: prompt has {len(prompt)} tokens, the bench's {st['prompt_tokens']}")
         if args.fresh:
             evidence = Evidence()
-        proposer = PromptLookup(evidence.copy("edit"), learn_edits=not args.no_memory)
+        copies = evidence.of_kind(COPIES, "edit", CopyEvidence)
+        proposer = PromptLookup(copies, learn_edits=not args.no_memory)
         trace = None
         if args.trace and args.trace in pid:
             def trace(pos: int, proposal: Any, ok: int, reply: list[int] = reply,
@@ -119,8 +122,10 @@ def main() -> int:
         total[0] += proposed
         total[1] += accepted
         total[2] += ms
-        b = f"{st['lookup_accepted']}/{st['lookup_tokens']} = " \
-            f"{st['lookup_accepted'] / max(st['lookup_tokens'], 1):.3f}" if "lookup_tokens" in st else "-"
+        # the counters' names before and after their rename (archived runs have the old ones)
+        got = st.get("copied_accepted", st.get("lookup_accepted"))
+        offered = st.get("copied_tokens", st.get("lookup_tokens"))
+        b = f"{got}/{offered} = {got / max(offered, 1):.3f}" if offered is not None else "-"
         print(f"{pid:48s} replay {accepted:4d}/{proposed:4d} = {accepted / max(proposed, 1):.3f} "
               f"({calls:3d} calls, {ms / 1000:5.1f} s predicted)   bench {b}")
         if trace is not None:

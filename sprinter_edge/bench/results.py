@@ -15,11 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..api import Engine
 from ..backend import llama_tools, native
 from ..costs.table import cpu_name, machine_costs
+from ..decoding import STRATEGIES
 from ..errors import SprinterError
+from ..methods import BASELINE_METHOD
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from . import costmodel, edits, edits_files, peers, plot, prompts, report, runner, structured, summary
@@ -80,8 +83,7 @@ class BenchConfig:
     rescore: str = "all"  # or "verifier": re-score only runs with unverified tokens (runner.RunConfig)
     peers: bool = True  # the llama-cpp-python and llama-server rows, when requested and available
     threads: int | None = None
-    draft_len: int = 4
-    run_cap: int | None = 20
+    settings: dict[str, Any] = field(default_factory=dict)  # the methods' own (decoding/settings.py)
     peer_ctx: int = 2048
     server_ctx: int = 4096  # llama-server's context: the engine's
     pair: str | None = None  # the registered pair's name (None: local files)
@@ -170,16 +172,16 @@ def plan(engine: Engine, config: BenchConfig,
             notes.append(SERVER_MISSING_NOTE)
             methods = [m for m in methods if m not in SERVER_METHODS]
     if engine.draft_path is None:  # one model: the rows that draft are left out, said once
-        skipped = [m for m in methods if m in runner.ALL_METHODS and runner.MethodSpec(m, m).needs_draft]
+        skipped = [m for m in methods if m in runner.all_methods() and runner.MethodSpec(m, m).needs_draft]
         if skipped:
             notes.append(f"no draft model: {', '.join(skipped)} skipped")
             methods = [m for m in methods if m not in skipped]
     presets: list[str] = []
     verifiers = ({v: resolve_verifier(v, engine.pair, engine.draft, engine.target) for v in config.verifiers}
-                 if set(runner.SWEPT) & set(methods) and len(config.verifiers) > 1 else {})
+                 if set(runner.swept()) & set(methods) and len(config.verifiers) > 1 else {})
     if config.thresholds is None:  # the verifier's named presets, resolved per prompt
         thresholds = []
-        if set(runner.SWEPT) & set(methods):
+        if set(runner.swept()) & set(methods):
             vers = list(verifiers.values()) or [engine.verifier]
             presets = [p for p in config.presets if all(p in v.presets for v in vers)]
     else:
@@ -211,7 +213,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     cfg = runner.RunConfig(max_tokens=config.max_tokens, temperature=config.temperature, seed=config.seed,
                            warmup=config.warmup, rescore=config.rescore,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
-                           draft_len=config.draft_len, peer_ctx=config.peer_ctx,
+                           draft_len=config.settings.get("draft_len", 4), peer_ctx=config.peer_ctx,
                            server_ctx=config.server_ctx, server_binary=bench_plan.server_binary,
                            no_repack=native.avoid_extra_buffers())
     bench = runner.Runner(engine, specs, cfg, verifiers=bench_plan.verifiers)
@@ -239,7 +241,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                    "methods": [s.label for s in specs],
                    "verifier": verifier, "verifiers": list(config.verifiers) or None,
                    "temperature": config.temperature, "seed": config.seed,
-                   "run_cap": config.run_cap, "draft_len": config.draft_len,
+                   **config.settings,
                    "max_tokens": config.max_tokens, "prompts": [p.id for p in bench_plan.prompts],
                    "llama_server": {"binary": str(bench_plan.server_binary), "commands": servers}
                    if servers else None,
@@ -251,11 +253,18 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     return BenchOutcome(data, rows, notes, wall)
 
 
+def _checks_in_batches(kind: str) -> bool:
+    """The row's method has the target check proposals in multi-token calls (where near-ties
+    can part it from `ar`): every exact method but the baseline, the oracle row, the peers."""
+    strategy = STRATEGIES.get(kind)
+    exact_batched = strategy is not None and strategy.exact and kind != BASELINE_METHOD
+    return exact_batched or kind == runner.ORACLE or kind in runner.PEER_METHODS
+
+
 def run_notes(rows: Sequence[dict]) -> list[str]:
     """What a reader of these rows needs to know to read them right."""
     notes = []
-    if any(r.get("exact_match") is not None and r["kind"] in ("sd", "oracle", *runner.PEER_METHODS)
-           for r in rows):
+    if any(r.get("exact_match") is not None and _checks_in_batches(r["kind"]) for r in rows):
         notes.append(BATCH_NOTE)
     if any(r["kind"] in runner.LLAMA_CPP_METHODS for r in rows):
         notes.append(PEER_TIMING_NOTE)

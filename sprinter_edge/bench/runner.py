@@ -21,7 +21,7 @@ from ..decoding import Origin, SamplingParams, Stats
 from ..decoding.sprinter import Sprinter
 from ..grammar import compile as compile_constraint
 from ..grammar.spec import Constraint
-from ..methods import METHODS, get_strategy
+from ..methods import get_strategy, methods
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
@@ -34,12 +34,22 @@ from .prompts import BenchPrompt
 log = logging.getLogger(__name__)
 
 ORACLE = "oracle"  # sprinter with the oracle verifier: what a verifier that never errs would do
-ENGINE_METHODS = (*METHODS, ORACLE)
-# approximate methods that a verifier runs: one row per threshold or preset
-SWEPT = tuple(m for m in METHODS if not get_strategy(m).exact and get_strategy(m).needs_verifier)
 LLAMA_CPP_METHODS = ("llama-cpp", "llama-cpp-draft", "llama-cpp-lookup")  # llama-cpp-python
 PEER_METHODS = LLAMA_CPP_METHODS + SERVER_METHODS
-ALL_METHODS = ENGINE_METHODS + PEER_METHODS
+
+
+# the engine's methods are read from the registry when asked (a method registered later is there)
+def engine_methods() -> tuple[str, ...]:
+    return (*methods(), ORACLE)
+
+
+def swept() -> tuple[str, ...]:
+    """Approximate methods that a verifier runs: one row per threshold or preset."""
+    return tuple(m for m in methods() if not get_strategy(m).exact and get_strategy(m).needs_verifier)
+
+
+def all_methods() -> tuple[str, ...]:
+    return engine_methods() + PEER_METHODS
 # `auto+prediction`: the method with the edit's input code as OpenAI's Predicted Output
 PREDICTION = "+prediction"
 # `ar+free`: the method without the structured prompts' JSON schema (what the constraint buys)
@@ -54,7 +64,7 @@ class MethodSpec:
     """One row of the report: a decoding method with its settings."""
 
     label: str
-    kind: str  # one of ALL_METHODS
+    kind: str  # one of all_methods()
     threshold: float | None = None
     preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
     verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
@@ -82,7 +92,7 @@ class MethodSpec:
     @property
     def uses_verifier(self) -> bool:
         """The row's method scores draft tokens (sprinter, oracle, auto)."""
-        return self.kind in ENGINE_METHODS and get_strategy(self.engine_method).needs_verifier
+        return self.kind in engine_methods() and get_strategy(self.engine_method).needs_verifier
 
 
 def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
@@ -94,21 +104,21 @@ def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
     for name in names:
         base = name.removesuffix(PREDICTION)
         if base != name:  # an engine method with the edit's input as its Predicted Output
-            if base not in METHODS:
+            if base not in methods():
                 raise ValueError(f"{name!r}: only the engine's methods take a prediction "
-                                 f"({', '.join(METHODS)})")
+                                 f"({', '.join(methods())})")
             specs.append(MethodSpec(name, base, prediction=True))
             continue
         base = name.removesuffix(FREE)
         if base != name:  # an engine method that ignores the structured prompts' schema
-            if base not in METHODS:
+            if base not in methods():
                 raise ValueError(f"{name!r}: only the engine's methods run free of the schema "
-                                 f"({', '.join(METHODS)})")
+                                 f"({', '.join(methods())})")
             specs.append(MethodSpec(name, base, free=True))
             continue
-        if name not in ALL_METHODS:
-            raise ValueError(f"unknown method {name!r}; choose from {', '.join(ALL_METHODS)}")
-        if name not in SWEPT:
+        if name not in all_methods():
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(all_methods())}")
+        if name not in swept():
             specs.append(MethodSpec(name, name))
             continue
         for v in (verifiers if len(verifiers) > 1 else [None]):

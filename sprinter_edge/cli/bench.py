@@ -11,10 +11,10 @@ from pathlib import Path
 
 from ..bench import costmodel, edits, edits_files, structured
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
-from ..bench.runner import ALL_METHODS
+from ..bench.runner import all_methods
 from ..errors import SprinterError
 from ..verifiers.calibration import PRESETS
-from .common import add_hardware_args, add_model_args, engine_from
+from .common import add_hardware_args, add_method_settings, add_model_args, engine_from, method_settings_from
 from .extras import require
 
 
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     g = p.add_argument_group("what to run")
     g.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help=f"comma-separated, from: {', '.join(ALL_METHODS)} (ar always runs: it is the "
+                   help=f"comma-separated, from: {', '.join(all_methods())} (ar always runs: it is the "
                         "reference; the llama-server rows need tools/build_llama_server.sh, and are "
                         "left out with one note when it has not run); an engine method with "
                         "'+prediction' (e.g. auto+prediction) sends each edit's input code as the "
@@ -59,10 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the drift columns are measured at it")
     g.add_argument("--seed", type=int, default=0,
                    help="under sampling, prompt i is decoded with seed + i by every row")
-    g.add_argument("--run-cap", type=int, default=20,
-                   help="sprinter: longest run kept without the target (0 = no cap)")
-    g.add_argument("--draft-len", type=int, default=4,
-                   help="sd and the llama-cpp draft hook: draft tokens per round")
+    add_method_settings(g)  # every method's own settings (sd's --draft-len also sets llama-cpp's hook)
     g = p.add_argument_group("prompts")
     g.add_argument("--humaneval", type=int, default=None, metavar="N",
                    help=f"the first N HumanEval problems (0 = none; default {DEFAULTS['humaneval']})")
@@ -190,7 +187,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
-        threads=args.threads, draft_len=args.draft_len, run_cap=args.run_cap or None,
+        threads=args.threads, settings=method_settings_from(args),
         peer_ctx=min(args.ctx, 4096), server_ctx=args.ctx, pair=args.pair if not args.target else None,
         command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
@@ -210,8 +207,8 @@ def run(args: argparse.Namespace) -> int:
     if need > config.max_tokens:  # a reply cut short fails its check: a budget question, not quality
         print(f"note: --max-tokens {config.max_tokens} is under the ~{need} tokens a whole-file edit's "
               "reply takes (give --max-tokens 2048)", file=sys.stderr)
-    # a method that loads the draft, unless the user gave a target alone (then one model)
-    engine = engine_from(args, method="sd" if args.draft or not args.target else "ar").load()
+    # the draft too, unless the user gave a target alone (then one model)
+    engine = engine_from(args, method="ar", with_draft=bool(args.draft or not args.target)).load()
     try:
         bench_plan = results.plan(engine, config, bench_prompts)
         bar = None

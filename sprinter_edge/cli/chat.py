@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..errors import ContextOverflowError, SprinterError
-from ..methods import METHODS, get_strategy
+from ..methods import get_strategy, methods
 from ..serving.chat_session import ChatSession
 from ..verifiers.operating_point import OperatingPoint
 from .common import (
@@ -186,7 +186,7 @@ class ChatRepl:
         if name in ("/exit", "/quit"):
             return "exit"
         if name == "/help":
-            self.say(HELP.format(methods=", ".join(METHODS)))
+            self.say(HELP.format(methods=", ".join(methods())))
         elif name == "/stats":
             self.say(format_stats(self.session))
         elif name == "/reset":
@@ -194,7 +194,7 @@ class ChatRepl:
             self.say("conversation cleared")
         elif name == "/method":
             if not arg:
-                self.say(f"method: {engine.settings.method} (choose from {', '.join(METHODS)})")
+                self.say(f"method: {engine.settings.method} (choose from {', '.join(methods())})")
                 return None
             try:
                 engine.set_method(arg)

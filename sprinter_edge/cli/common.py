@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
-from ..decoding import SamplingParams
+from ..decoding import SamplingParams, all_settings
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
-from ..methods import METHODS
+from ..methods import methods
 from ..verifiers.calibration import PRESETS
 
 
@@ -41,7 +41,7 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 
 def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--method", choices=METHODS, default=method_default,
+    g.add_argument("--method", choices=methods(), default=method_default,
                    help="auto: the fastest EXACT plan on this machine (ar, sd, lookup, staged), "
                         "chosen from measured decode costs and what each plan measured on this kind "
                         "of request, re-checked as it runs; it may also run sprinter only when you "
@@ -87,9 +87,7 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
     point.add_argument("--max-fp-rate", type=float, default=None, metavar="X",
                        help="sprinter: the lowest threshold whose held-out false-pass rate eta_FP "
                             "(wrong draft tokens passed) is at most X (needs a trained verifier)")
-    g.add_argument("--run-cap", type=int, default=20,
-                   help="sprinter: longest run of tokens kept without the target (0 = no cap)")
-    g.add_argument("--draft-len", type=int, default=4, help="sd: draft tokens per round")
+    add_method_settings(g)
     g.add_argument("--prediction", metavar="FILE", default=None,
                    help="text the reply is expected to repeat, e.g. the file being edited (OpenAI's "
                         "Predicted Outputs): copied spans of it are proposed first; the output is "
@@ -105,6 +103,27 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
     shape.add_argument("--regex", metavar="PATTERN", default=None,
                        help="constrain the whole reply to match PATTERN (Rust regex syntax, no "
                             "look-arounds)")
+
+
+def add_method_settings(g: argparse._ArgumentGroup) -> None:
+    """One flag per setting a registered method declares (decoding/settings.py)."""
+    for s in all_settings().values():
+        if s.cli:
+            default = 0 if s.none_ok and s.default is None else s.default
+            g.add_argument(s.flag, type=s.type, default=default, dest=s.name,
+                           help=f"{s.help} (default: %(default)s)")
+
+
+def method_settings_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The methods' settings the flags give (a flag this command lacks: left to the default)."""
+    out: dict[str, Any] = {}
+    for s in all_settings().values():
+        if s.cli and hasattr(args, s.name):
+            value = getattr(args, s.name)
+            if s.none_ok and value == 0:  # the CLI's 0 means none
+                value = None
+            out[s.name] = s.check(value)
+    return out
 
 
 def add_cache_ram_arg(p: argparse.ArgumentParser) -> None:
@@ -171,26 +190,23 @@ def hardware_from(args: argparse.Namespace) -> Hardware:
                     target_gpu_layers=layers(args.target_gpu_layers))
 
 
-def engine_from(args: argparse.Namespace, *, method: str | None = None) -> Engine:
-    """The engine the flags describe (decoding flags are optional: `bench` has fewer)."""
-    run_cap = getattr(args, "run_cap", 20)
-    if run_cap is not None and run_cap < 0:
-        raise SettingsError("--run-cap must be >= 0 (0 = no cap)")
+def engine_from(args: argparse.Namespace, *, method: str | None = None, with_draft: bool = False) -> Engine:
+    """The engine the flags describe (decoding flags are optional: `bench` has fewer).
+    `with_draft`: fetch the pair's draft even when the method would not use it."""
     kwargs: dict[str, Any] = dict(
         method=method or getattr(args, "method", DEFAULT_METHOD), hardware=hardware_from(args),
         verifier=getattr(args, "verifier", "auto"),
         threshold=getattr(args, "threshold", None), preset=getattr(args, "preset", None),
         max_fp_rate=getattr(args, "max_fp_rate", None),
-        run_cap=run_cap or None,  # the CLI's 0 means no cap
-        draft_len=getattr(args, "draft_len", 4),
         prompt_cache_mib=getattr(args, "cache_ram", 0),
+        **method_settings_from(args),
     )
     if args.target:
         return Engine.from_files(args.draft, args.target, **kwargs)
     if args.draft:
         raise SettingsError("--draft needs --target as well")
     return Engine.from_pair(args.pair, offline=args.offline, download=not args.offline,
-                            progress=sys.stderr.isatty(), **kwargs)
+                            progress=sys.stderr.isatty(), with_draft=with_draft, **kwargs)
 
 
 def setup_logging(verbose: int) -> None:

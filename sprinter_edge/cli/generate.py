@@ -52,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
               f"kept {c.kept}, accepted {c.accepted}, resampled {c.resampled}, bonus {c.bonus}",
               file=sys.stderr)
         print(f"[output] {s.guarantee}", file=sys.stderr)
-        if c.lookup_tokens:
-            print(f"[lookup] {c.lookup_accepted} of {c.lookup_tokens} copied tokens accepted "
+        if c.extra:  # the counters a method keeps of its own (Strategy.counters)
+            print("[counters] " + ", ".join(f"{k} {v}" for k, v in sorted(c.extra.items())), file=sys.stderr)
+        if c.copied_tokens:
+            print(f"[copies] {c.copied_accepted} of {c.copied_tokens} copied tokens accepted "
                   f"(a {s.kind} request)", file=sys.stderr)
         if point.threshold is not None:
             print(f"[verifier] {point.verifier} at threshold {point.threshold:g} (a {point.domain} "

@@ -139,7 +139,7 @@ def _do_collect(args: argparse.Namespace, budget_s: float | None) -> None:
     from ..training.onpolicy import Behaviour
     from ..verifiers.operating_point import OperatingPoint
 
-    engine = engine_from(args, method="sd")
+    engine = engine_from(args, method="ar", with_draft=True)
     corpus = load_corpus(args.prompts)
     policy = getattr(args, "policy", "draft-greedy")
     try:
@@ -236,7 +236,7 @@ def run_study(args: argparse.Namespace) -> int:
     cost: Callable[[float], float] | None = None  # None: the study's reference table
     if args.costs == "machine" or embedding:
         # fetches the draft only when its embedding rows are read; loads only what is used
-        engine = engine_from(args, method="sd" if embedding else "ar")
+        engine = engine_from(args, method="ar", with_draft=embedding)
         if embedding:
             data = dict(data) | {"embedding": _draft_embeddings(engine, meta, data["token"])}
         if args.costs == "machine":

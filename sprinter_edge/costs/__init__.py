@@ -6,9 +6,9 @@ prices its proposal lengths) and planning (the planner prices whole plans).
 `evidence`: acceptance rates learned as replies run, with priors and bounded memory.
 """
 
-from .evidence import CopyEvidence, Evidence, Rate
+from .evidence import Evidence, Rate
 from .pricing import Costs, expected_tokens, flat_table
 from .table import CostTable, machine_costs, measure
 
-__all__ = ["CopyEvidence", "CostTable", "Costs", "Evidence", "Rate", "expected_tokens", "flat_table",
+__all__ = ["CostTable", "Costs", "Evidence", "Rate", "expected_tokens", "flat_table",
            "machine_costs", "measure"]

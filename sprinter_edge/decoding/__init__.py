@@ -11,8 +11,10 @@ from .context import DecodeContext, Step, TokenLogprob
 from .draft_only import DraftOnly
 from .guarded import Guarded
 from .lookup import Lookup
+from .registry import STRATEGIES, all_settings
 from .sampling import Sampler, SamplingParams
 from .sd import Speculative
+from .settings import Setting
 from .sprinter import Sprinter
 from .staged import Staged
 from .stats import Counters, Origin, PlanTrace, PointUsed, Stats, Timings
@@ -21,12 +23,12 @@ from .stream import Chunk, Generation, GenerationResult
 
 # The registry: a new method is its file and a line here. The order is the order `auto`
 # prices candidates in (ties go to the first).
-STRATEGIES: dict[str, type[Strategy]] = {
+STRATEGIES.update({
     cls.name: cls for cls in (Autoregressive, Lookup, Staged, Speculative, Sprinter, Guarded, DraftOnly)
-}
+})
 
 __all__ = [
     "STRATEGIES", "Chunk", "Counters", "DecodeContext", "Generation", "GenerationResult", "Origin", "Plan",
-    "PlanTrace", "PointUsed", "PriceInputs", "RoundPrice", "Sampler", "SamplingParams", "Stats", "Step",
-    "Strategy", "Timings", "TokenLogprob",
+    "PlanTrace", "PointUsed", "PriceInputs", "RoundPrice", "Sampler", "SamplingParams", "Setting", "Stats",
+    "Step", "Strategy", "Timings", "TokenLogprob", "all_settings",
 ]

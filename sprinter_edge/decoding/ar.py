@@ -11,10 +11,10 @@ from .strategy import Plan, PriceInputs, RoundPrice
 
 class Autoregressive(LoopStrategy):
     name = "ar"
-    learned = True
+    judged_by_runs = True
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:
-        return [Plan(self.name)]
+        return [self.plan()]
 
     def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice:
         return RoundPrice(0.0, inputs.costs.target.cost(1), 1.0, 1.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from ..backend.prompt_cache import PromptCache
 from ..costs import Costs, Evidence
 from ..numerics import token_logprobs
 from ..verifiers.base import Verifier
+from .registry import all_settings
 from .sampling import Sampler
 from .stats import Origin, Stats
 
@@ -44,11 +45,10 @@ class DecodeContext:
     sampler: Sampler
     stats: Stats
     max_new_tokens: int
-    verifier: Verifier | None = None  # sprinter
-    threshold: float = 0.5  # sprinter: flag a token whose verifier score is below this
-    run_cap: int | None = 20  # sprinter: longest run without the target (None: no cap)
-    draft_len: int = 4  # sd: tokens drafted per round
-    verify_eog: bool = True  # sprinter: end-of-generation tokens always go to the target
+    # the methods' own settings for this reply (decoding/settings.py; a missing one: its default)
+    settings: dict[str, Any] = field(default_factory=dict)
+    verifier: Verifier | None = None  # scores drafted tokens (sprinter; auto at an operating point)
+    threshold: float = 0.5  # the operating point: flag a token whose verifier score is below this
     produced: int = 0  # tokens committed so far (kept up to date by the driver)
     costs: Costs | None = None  # this machine's decode costs (lookup prices its proposals)
     evidence: Evidence | None = None  # what earlier replies showed (kept by the engine's planner)
@@ -65,6 +65,15 @@ class DecodeContext:
     draft_loader: Callable[[], LlamaModel] | None = None
     prompt_cache: PromptCache | None = None  # KV states of earlier prompts, restored by prefill
     _scored: list[int] | None = field(default=None, init=False, repr=False)  # prompt + recorded
+
+    def setting(self, name: str) -> Any:
+        """The value of a method's setting for this reply."""
+        if name in self.settings:
+            return self.settings[name]
+        try:
+            return all_settings()[name].default
+        except KeyError:
+            raise KeyError(f"no method declares a setting {name!r}") from None
 
     def record_target(self, row: np.ndarray, token: int) -> None:
         """Every strategy that logprobs may be asked of calls this for each committed token

@@ -17,6 +17,9 @@ class DraftOnly(Strategy):
     needs_target = False
     exact = False  # the draft's output, never checked
 
+    def guarantee(self, stats: object) -> str:
+        return "approximate: the draft model's output, never checked by the target"
+
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         seq = list(prompt)
         grammar = ctx.grammar

@@ -19,4 +19,5 @@ class Guarded(Sprinter):
 
     def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
         assert ctx.verifier is not None
-        return DraftProposer(CopyGuard(ctx.verifier, ctx.threshold, ctx.run_cap, ctx.verify_eog))
+        return DraftProposer(CopyGuard(ctx.verifier, ctx.threshold, ctx.setting("run_cap"),
+                                       ctx.setting("verify_eog")))

@@ -29,15 +29,22 @@ above does not hold, and the expected false passes per token -- the mean of
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..costs import Evidence
 from .context import DecodeContext
 from .loop import LoopStrategy
 from .proposers.base import Proposer
-from .proposers.draft import DraftProposer, VerifierRun
+from .proposers.draft import RUN_END_COUNTERS, DraftProposer, VerifierRun
 from .run_policy import RunPolicy
+from .settings import Setting
 from .strategy import Plan, PriceInputs, RoundPrice
 
 RUN_CAPS = (4, 6, 8, 12, 16, 20, 24, 32)  # the run caps `auto` prices
+# its evidence: the share of scored draft tokens the verifier flags, and how often the target
+# accepts a flagged one; with their priors
+FLAG_RATE, FLAGGED_ACCEPT = "sprinter.flag_rate", "sprinter.flagged_accept"
+PRIORS = {FLAG_RATE: 0.2, FLAGGED_ACCEPT: 0.5}
 
 
 class Sprinter(LoopStrategy):
@@ -46,13 +53,20 @@ class Sprinter(LoopStrategy):
     uses_draft = True
     needs_verifier = True
     exact = False
+    counters = tuple(RUN_END_COUNTERS.values())  # flags, cap_hits, eog_checks
+    settings = (
+        Setting("run_cap", 20, "sprinter: longest run of tokens kept without the target (0 = no cap)",
+                minimum=1, none_ok=True, short="cap"),
+        Setting("verify_eog", True, "sprinter: end-of-generation tokens always go to the target",
+                type=bool, cli=False),
+    )
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:
-        cap = inputs.max_run_cap
+        cap = inputs.settings.get("run_cap", 20)  # the user's cap bounds the plans'
         caps = [c for c in RUN_CAPS if cap is None or c <= cap]
         if cap is not None and cap not in caps:
             caps.append(cap)
-        return [Plan(self.name, run_cap=c) for c in caps]
+        return [self.plan(run_cap=c) for c in caps]
 
     def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice:
         """A mixture over run lengths: `kept` tokens kept, then one verified (flagged, or forced
@@ -61,10 +75,10 @@ class Sprinter(LoopStrategy):
         t, d, ev = inputs.costs.target, inputs.costs.draft, inputs.evidence
         assert d is not None
         d1, d2 = d.cost(1), d.cost(2)
-        f = min(max(ev.flag_rate.value, 1e-3), 1.0)
-        acc = ev.flagged_accept.value
+        f = min(max(ev.rate(FLAG_RATE, PRIORS[FLAG_RATE]).value, 1e-3), 1.0)
+        acc = ev.rate(FLAGGED_ACCEPT, PRIORS[FLAGGED_ACCEPT]).value
         draft_ms = target_ms = tokens = batch = 0.0
-        for kept, p in RunPolicy(0.0, plan.run_cap).run_lengths(f):
+        for kept, p in RunPolicy(0.0, plan.get("run_cap")).run_lengths(f):
             steps = kept + 1
             draft_ms += p * (steps * d1 + steps * inputs.verifier_ms + acc * (d2 - d1))
             target_ms += p * t.cost(kept + 2, 2)  # pending tokens + the last committed one
@@ -72,10 +86,32 @@ class Sprinter(LoopStrategy):
             tokens += p * (kept + 1 + acc)
         return RoundPrice(draft_ms, target_ms, tokens, batch)
 
+    def guarantee(self, stats: Any) -> str:
+        t = stats.point.threshold
+        where = f" at threshold {t:g}" if t is not None else ""
+        return f"approximate: sprinter{where} ({stats.counters.kept} tokens never seen by the target)"
+
     def learn(self, evidence: Evidence, done: dict[str, int]) -> None:
-        evidence.observe_sprinter(done["kept"], done["flags"], done["accepted"], done["resampled"])
+        evidence.rate(FLAG_RATE, PRIORS[FLAG_RATE]).add_counts(done["flags"], done["kept"])
+        evidence.rate(FLAGGED_ACCEPT, PRIORS[FLAGGED_ACCEPT]).add_counts(done["accepted"], done["resampled"])
+
+    def evidence_priors(self) -> dict[str, float]:
+        return dict(PRIORS)
+
+    def seed_evidence(self, evidence: Evidence, acceptance: Any, calibration: Any,
+                      threshold: float | None) -> None:
+        """The pair's on-policy measurements, else the verifier's calibration table (off-policy:
+        it flags more than SPRINTER's own runs do)."""
+        if acceptance is not None:
+            evidence.seed(FLAGGED_ACCEPT, acceptance.flagged_accept)
+            if threshold is not None:
+                evidence.seed(FLAG_RATE, max(acceptance.flag_rate_at(threshold), 0.01))
+        elif calibration and threshold is not None:
+            from ..verifiers.calibration import row_at
+
+            evidence.seed(FLAG_RATE, max(row_at(calibration, threshold).flag_rate, 0.01))
 
     def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
         assert ctx.verifier is not None
-        cap = plan.run_cap if plan is not None else ctx.run_cap
-        return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, cap, ctx.verify_eog))
+        cap = self.setting(ctx, plan, "run_cap")
+        return DraftProposer(VerifierRun(ctx.verifier, ctx.threshold, cap, ctx.setting("verify_eog")))

@@ -20,6 +20,8 @@ from difflib import SequenceMatcher
 from enum import Enum
 from typing import Protocol
 
+from .registry import declared_counters
+
 
 class Origin(str, Enum):
     """Where a committed token came from (the counters add up to new_tokens)."""
@@ -49,7 +51,8 @@ class ProposalCounts(Protocol):
     drafted: int  # tokens the draft produced
     copied: int  # tokens a copy offered
     grammar: int  # the grammar's fast-forward tokens
-    ended_by: str | None  # what ended a SPRINTER run: flag | cap | eog
+    ended_by: str | None  # what ended an untested run (SPRINTER: flag | cap | eog)
+    bumps: tuple[str, ...]  # counters of the proposing method's own to add one to
 
 
 @dataclass
@@ -63,14 +66,12 @@ class Counters:
     resampled: int = 0
     bonus: int = 0
     forced: int = 0  # constrained: tokens the grammar left no choice for (no target test)
-    # proposals and their tests
-    draft_tokens: int = 0  # tokens the draft proposed (sd, sprinter, staged's own token)
-    lookup_tokens: int = 0  # tokens a copy offered (staged: before the draft's cut)
-    lookup_accepted: int = 0  # copied tokens (lookup, staged) the target accepted
-    sd_tests: int = 0  # p/q tests run
-    flags: int = 0  # sprinter: drafted tokens the verifier sent to the target
-    cap_hits: int = 0  # sprinter: runs ended by the run cap
-    eog_checks: int = 0  # sprinter: end tokens sent to the target unscored
+    # proposals and their tests, whatever the method (as vLLM's generic spec-decode metrics)
+    draft_tokens: int = 0  # tokens the draft proposed
+    copied_tokens: int = 0  # tokens a copy offered (prompt, reply, prediction)
+    copied_accepted: int = 0  # copied tokens the target accepted
+    pq_tests: int = 0  # p/q tests run (every proposed token the target checked)
+    run_ends: int = 0  # untested runs that ended in a target call (SPRINTER's catch-ups)
     grammar_proposed: int = 0  # constrained: the grammar's fast-forward tokens proposed
     grammar_accepted: int = 0  # of those, accepted by the p/q test
     # model calls after the prompt
@@ -78,6 +79,8 @@ class Counters:
     target_calls: int = 0
     target_tokens: int = 0  # tokens the target decoded
     target_rows: int = 0  # logits rows the target's calls returned (what a call costs depends on it)
+    # a method's own counters, by the names it declares (Strategy.counters)
+    extra: Counter[str] = field(default_factory=Counter)
 
     def count(self, origin: Origin) -> None:
         self.new_tokens += 1
@@ -87,17 +90,31 @@ class Counters:
     def add_round(self, proposal: ProposalCounts, tested: int, accepted: int) -> None:
         """One round of the loop: `proposal`, of which `tested` tokens went through the p/q test
         and the first `accepted` passed it."""
-        self.sd_tests += tested
+        self.pq_tests += tested
         self.draft_tokens += proposal.drafted
-        self.lookup_tokens += proposal.copied
+        self.copied_tokens += proposal.copied
         # a proposal's tested tokens: the grammar's fast-forward span first, then the rest
         self.grammar_proposed += proposal.grammar
         self.grammar_accepted += min(accepted, proposal.grammar)
         if proposal.copied:
-            self.lookup_accepted += max(0, accepted - proposal.grammar)
+            self.copied_accepted += max(0, accepted - proposal.grammar)
         if proposal.ended_by is not None:
-            name = {"flag": "flags", "cap": "cap_hits", "eog": "eog_checks"}[proposal.ended_by]
-            setattr(self, name, getattr(self, name) + 1)
+            self.run_ends += 1
+        self.extra.update(proposal.bumps)
+
+    def __getattr__(self, name: str) -> int:
+        """A method's own counter (`counters.flags`): 0 until its rounds bump it."""
+        extra = self.__dict__.get("extra")
+        if extra is None or name.startswith("_") or name not in declared_counters():
+            raise AttributeError(name)
+        return extra[name]
+
+    def flat(self) -> dict[str, int]:
+        """Every count by name, the methods' own included (0 for those not bumped)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out.update(dict.fromkeys(declared_counters(), 0))
+        out.update(self.extra)
+        return out
 
 
 # CallLog's depth step: a call's cost grows with the context it reads, slowly enough that
@@ -206,6 +223,7 @@ class Stats:
     point: PointUsed = field(default_factory=PointUsed)
     prediction: PredictionUsage | None = None  # when the client sent a predicted output
     calls: CallLog = field(default_factory=CallLog)  # not in to_dict: the cost model reads it
+    guarantee_text: str = ""  # what the output promises, in its method's words (set at the end)
     # what plain decoding (`ar`) would have taken for these tokens after this prompt, by this
     # machine's cost table (None when the engine has none yet)
     baseline_seconds: float | None = None
@@ -216,14 +234,12 @@ class Stats:
 
     @property
     def guarantee(self) -> str:
-        """What the reply promises: the target's output, or an approximation at a point."""
+        """What the reply promises (its method's words, `Strategy.guarantee`)."""
+        if self.guarantee_text:
+            return self.guarantee_text
         if self.exact:
             return "exact: distributed as the target's output (greedy: identical to ar)"
-        if self.method == "draft":
-            return "approximate: the draft model's output, never checked by the target"
-        t = self.point.threshold
-        where = f" at threshold {t:g}" if t is not None else ""
-        return f"approximate: sprinter{where} ({self.counters.kept} tokens never seen by the target)"
+        return "approximate"
 
     @property
     def tokens_per_second(self) -> float:
@@ -238,9 +254,9 @@ class Stats:
 
     @property
     def mean_run_length(self) -> float:
-        """sprinter: tokens kept without the target per catch-up (flag, run cap or end token)."""
+        """Tokens committed untested per run that ended in a target call (SPRINTER's runs)."""
         c = self.counters
-        return c.kept / max(1, c.flags + c.cap_hits + c.eog_checks)
+        return c.kept / max(1, c.run_ends)
 
     @classmethod
     def total(cls, items: Sequence[Stats]) -> Stats:
@@ -259,7 +275,7 @@ class Stats:
         t = self.timings
         d = {"method": self.method, "kind": self.kind, "exact": self.exact,
              "prompt_tokens": self.prompt_tokens, "finish_reason": self.finish_reason,
-             **asdict(self.point), **asdict(self.counters), **asdict(self.trace), **asdict(t),
+             **asdict(self.point), **self.counters.flat(), **asdict(self.trace), **asdict(t),
              **(asdict(self.prediction) if self.prediction is not None else {})}
         d.update(
             guarantee=self.guarantee,
@@ -269,7 +285,7 @@ class Stats:
             target_calls_per_token=round(self.target_calls_per_token, 4),
             decode_seconds=round(t.decode_seconds, 4),
             overhead_seconds=round(t.overhead_seconds, 4),
-            mean_run_length=round(self.mean_run_length, 3) if self.method == "sprinter" else None,
+            mean_run_length=round(self.mean_run_length, 3) if self.counters.run_ends else None,
             baseline_seconds=self.baseline_seconds,
             speedup_estimate=round(self.baseline_seconds / t.decode_seconds, 3)
             if self.baseline_seconds and self.new_tokens else None,

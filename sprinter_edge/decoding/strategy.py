@@ -9,37 +9,42 @@ lists of newly committed tokens, each tagged with where it came from, forever; t
 - the plans `auto` may run of it (`plans`) and their price (`price`) from this machine's costs
   and the evidence so far, or a prior speed-up over `ar` for methods whose speed is learned by
   running them;
-- how to build its proposer for a plan (loop strategies, loop.py).
+- how to build its proposer for a plan (loop strategies, loop.py);
+- what it owns: its knobs (`settings`, settings.py), the counters its rounds bump
+  (`counters`), what its rounds teach (`learn`, into rates it names in `evidence_priors`),
+  how its plans are labelled and what its output guarantees (`guarantee`).
 A new method is one new file and one line in `decoding/__init__.py`'s registry.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..backend.llama import LlamaModel
 from ..costs import Costs, Evidence
 from .context import DecodeContext, Step
+from .settings import Setting
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One way to run a method: its settings and, once priced, its predicted ms per token."""
+    """One way to run a method: its settings and, once priced, its predicted ms per token.
+    Made by the method (`Strategy.plan`), which also names it."""
 
     method: str
     ms_per_token: float = 0.0
-    draft_len: int = 0  # sd
-    run_cap: int | None = None  # sprinter
+    settings: tuple[tuple[str, Any], ...] = ()  # (name, value) of the method's own settings
+    name: str = ""  # how reports call it (e.g. "sd(k=3)"); default: the method
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict(self.settings).get(name, default)
 
     @property
     def label(self) -> str:
-        if self.method == "sd":
-            return f"sd(k={self.draft_len})"
-        if self.method == "sprinter":
-            return f"sprinter(cap={self.run_cap})"
-        return self.method
+        return self.name or self.method
 
     @property
     def tokens_per_second(self) -> float:
@@ -70,7 +75,8 @@ class PriceInputs:
     evidence: Evidence
     kind: str = "chat"  # the request's kind (edit | code | chat)
     verifier_ms: float = 0.0  # one verifier score
-    max_run_cap: int | None = 20  # the user's cap bounds SPRINTER's
+    # the user's values of the methods' settings (a method may bound its plans by them)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Strategy(ABC):
@@ -83,7 +89,44 @@ class Strategy(ABC):
     needs_verifier: bool = False  # scores draft tokens (when a draft runs)
     needs_costs: bool = False  # prices its proposals with this machine's measured costs
     exact: bool = True  # output distributed as the target's (greedy: identical to ar)
-    learned: bool = False  # `auto` learns its speed by running it (its price is a prior)
+    judged_by_runs: bool = False  # `auto` judges it by what it measured running it (and probes it)
+    settings: tuple[Setting, ...] = ()  # its own knobs (settings.py)
+    counters: tuple[str, ...] = ()  # the counters its rounds bump (Counters.extra), in --stats
+
+    def plan(self, ms_per_token: float = 0.0, **values: Any) -> Plan:
+        """A plan of this method with these settings, named `method(short=value, ...)`."""
+        shown = [(s.short or s.name, values[s.name]) for s in self.settings if s.name in values]
+        name = f"{self.name}({','.join(f'{k}={v}' for k, v in shown)})" if shown else self.name
+        return Plan(self.name, ms_per_token, tuple(sorted(values.items())), name)
+
+    def setting(self, ctx: DecodeContext, plan: Plan | None, name: str) -> Any:
+        """A setting's value for this run: the plan's when it has one, else the reply's."""
+        if plan is not None and name in dict(plan.settings):
+            return plan.get(name)
+        return ctx.setting(name)
+
+    def lookahead(self, values: Mapping[str, Any]) -> int:
+        """Tokens a round may propose past the budget before it is cut (room kept in the context)."""
+        return 0
+
+    def evidence_priors(self) -> dict[str, float]:
+        """The rates its prices read, by name, and their values before any reply (Evidence)."""
+        return {}
+
+    def seed_evidence(self, evidence: Evidence, acceptance: Any, calibration: Any,  # noqa: B027
+                      threshold: float | None) -> None:
+        """Start its rates from the pair's measured `acceptance` (models/pairs.toml) or the
+        verifier's `calibration` rows at `threshold`, where it has such rates."""
+
+    def guarantee(self, stats: Any) -> str:
+        """What a reply of this method promises."""
+        if self.exact:
+            return "exact: distributed as the target's output (greedy: identical to ar)"
+        return "approximate"
+
+    def summary(self, stats: Any) -> dict[str, Any]:
+        """Figures of its own for a reply's report (stats.to_dict, --stats)."""
+        return {}
 
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """The models that read the prompt before the first step (the driver times it)."""

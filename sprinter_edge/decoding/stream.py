@@ -134,74 +134,45 @@ class Generation:
         # (this generator is suspended at `yield`), so a slow reader does not lower tok/s.
         t_start = t_resumed = time.perf_counter()
         busy = 0.0
-        token_ids: list[int] = []
-        origins: list[Origin] = []
         want_logprobs = ctx.sampler.params.logprobs is not None
-        logprobs: list[TokenLogprob] = []  # aligned with token_ids (ctx.logprobs: every token)
-        # reach[i]: characters of `text` that token i's bytes touch, counting a character the
-        # decoder still holds incomplete bytes of (reach is then one past the decoded text).
-        reach: list[int] = []
-        text = ""
-        emitted = 0  # characters of `text` already streamed
+        out = _Reply(self.text_model)
+        emitted = 0  # characters of `out.text` already streamed
         sent_tokens = 0
         finish = "cancelled"
-        cut_by_stop = False
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         steps = None
         ctx.sampler.start(self.prompt)
         try:
-            # Prefill: every model reads the prompt but its last token, which the first
-            # decode of each strategy reads with its logits.
-            for model in self.strategy.prefill_models(ctx):
-                if ctx.prompt_cache is not None:  # a longer prefix kept from an earlier request
-                    ctx.prompt_cache.prepare(model, self.prompt[:-1])
-                model.sync(self.prompt[:-1], n_logits=0)
+            self._prefill()
             timings.prefill_seconds = time.perf_counter() - t_start
             if ctx.max_new_tokens <= 0:
                 finish = "length"
                 return
             steps = self.strategy.run(ctx, self.prompt)
-            done = False
+            done = cut_by_stop = False
             for step in steps:
                 if not timings.first_token_seconds:  # prompt read + first step, engine time only
                     timings.first_token_seconds = busy + time.perf_counter() - t_resumed
                 for token, origin in step:
-                    if self.text_model.is_eog(token):
-                        counters.count(origin)  # the end token is generated work, not text
+                    counters.count(origin)
+                    if self.text_model.is_eog(token):  # the end token is generated work, not text
                         finish, done = "stop", True
                         break
-                    if want_logprobs:
-                        entry = ctx.logprobs[len(token_ids)]
-                        assert entry.token == token, "record_target out of step with the tokens"
-                        logprobs.append(entry)
-                    token_ids.append(token)
-                    origins.append(origin)
-                    counters.count(origin)
+                    entry = ctx.logprobs[len(out.token_ids)] if want_logprobs else None
+                    assert entry is None or entry.token == token, "record_target out of step"
+                    out.add(token, origin, entry)
                     ctx.produced += 1
-                    text += decoder.decode(self.text_model.token_bytes(token))
-                    reach.append(len(text) + (1 if decoder.getstate()[0] else 0))
-                    if self.stop:
-                        cut = _find_stop(text, self.stop, emitted)
-                        if cut is not None:
-                            text = text[:cut]
-                            finish, done, cut_by_stop = "stop", True, True
-                            # keep only the tokens whose text lies wholly before the cut
-                            keep = bisect.bisect_right(reach, cut)
-                            del token_ids[keep:], origins[keep:], reach[keep:], logprobs[keep:]
-                            break
+                    if self.stop and out.cut_at_stop(self.stop, emitted):
+                        finish, done, cut_by_stop = "stop", True, True
+                        break
                     if ctx.produced >= ctx.max_new_tokens:
                         finish, done = "length", True
                         break
                 if done and finish != "length" and not cut_by_stop:
-                    # an end token after incomplete bytes: show them as U+FFFD. A budget cut
-                    # inside a character drops its incomplete bytes instead.
-                    text += decoder.decode(b"", final=True)
-                safe = len(text) if done else len(text) - _holdback(text, self.stop)
-                ready = len(token_ids) if done else bisect.bisect_right(reach, safe)
+                    out.flush()  # an end token after incomplete bytes: show them as U+FFFD
+                safe = len(out.text) if done else len(out.text) - _holdback(out.text, self.stop)
+                ready = len(out.token_ids) if done else bisect.bisect_right(out.reach, safe)
                 if safe > emitted or ready > sent_tokens:
-                    chunk = Chunk(text[emitted:safe], token_ids[sent_tokens:ready],
-                                  origins[sent_tokens:ready],
-                                  logprobs[sent_tokens:ready] if want_logprobs else None)
+                    chunk = out.chunk(emitted, safe, sent_tokens, ready, want_logprobs)
                     emitted, sent_tokens = max(emitted, safe), max(sent_tokens, ready)
                     busy += time.perf_counter() - t_resumed
                     try:
@@ -214,18 +185,73 @@ class Generation:
             if steps is not None:
                 steps.close()
             timings.total_seconds = busy + time.perf_counter() - t_resumed
-            if ctx.grammar is not None:  # the matcher is the reply's own (fresh per request)
-                timings.grammar_seconds = ctx.grammar.clock.seconds
-            stats.finish_reason = finish
-            if ctx.prediction:
-                stats.prediction = PredictionUsage.of(ctx.prediction, token_ids)
-            self.result = GenerationResult(
-                text=text, token_ids=token_ids, method=self.strategy.name, stats=stats,
-                finish_reason=finish, origins=origins,
-                logprobs=logprobs if want_logprobs else None,
-            )
-            if self.on_finish is not None:
-                self.on_finish(stats)
+            self._finish(GenerationResult(text=out.text, token_ids=out.token_ids, method=self.strategy.name,
+                                          stats=stats, finish_reason=finish, origins=out.origins,
+                                          logprobs=out.logprobs if want_logprobs else None))
+
+    def _prefill(self) -> None:
+        """Every model reads the prompt but its last token, which the first decode of each
+        strategy reads with its logits."""
+        ctx = self.ctx
+        for model in self.strategy.prefill_models(ctx):
+            if ctx.prompt_cache is not None:  # a longer prefix kept from an earlier request
+                ctx.prompt_cache.prepare(model, self.prompt[:-1])
+            model.sync(self.prompt[:-1], n_logits=0)
+
+    def _finish(self, result: GenerationResult) -> None:
+        """The reply's last figures, its result, and the engine told."""
+        ctx, stats = self.ctx, result.stats
+        if ctx.grammar is not None:  # the matcher is the reply's own (fresh per request)
+            stats.timings.grammar_seconds = ctx.grammar.clock.seconds
+        stats.finish_reason = result.finish_reason
+        stats.guarantee_text = self.strategy.guarantee(stats)
+        if ctx.prediction:
+            stats.prediction = PredictionUsage.of(ctx.prediction, result.token_ids)
+        self.result = result
+        if self.on_finish is not None:
+            self.on_finish(stats)
+
+
+class _Reply:
+    """The reply's text as its tokens arrive, and which tokens stand behind which characters."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.model = model
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.origins: list[Origin] = []
+        self.logprobs: list[TokenLogprob] = []  # aligned with token_ids when asked for
+        # reach[i]: characters of `text` that token i's bytes touch, counting a character the
+        # decoder still holds incomplete bytes of (reach is then one past the decoded text)
+        self.reach: list[int] = []
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, token: int, origin: Origin, logprob: TokenLogprob | None) -> None:
+        self.token_ids.append(token)
+        self.origins.append(origin)
+        if logprob is not None:
+            self.logprobs.append(logprob)
+        self.text += self._decoder.decode(self.model.token_bytes(token))
+        self.reach.append(len(self.text) + (1 if self._decoder.getstate()[0] else 0))
+
+    def cut_at_stop(self, stops: Sequence[str], emitted: int) -> bool:
+        """Cut the text before the first stop string, keeping only the tokens whose text lies
+        wholly before the cut; whether one was found."""
+        cut = _find_stop(self.text, stops, emitted)
+        if cut is None:
+            return False
+        self.text = self.text[:cut]
+        keep = bisect.bisect_right(self.reach, cut)
+        del self.token_ids[keep:], self.origins[keep:], self.reach[keep:], self.logprobs[keep:]
+        return True
+
+    def flush(self) -> None:
+        """Incomplete bytes at the end become U+FFFD (a budget cut drops them instead)."""
+        self.text += self._decoder.decode(b"", final=True)
+
+    def chunk(self, emitted: int, safe: int, sent: int, ready: int, with_logprobs: bool) -> Chunk:
+        return Chunk(self.text[emitted:safe], self.token_ids[sent:ready], self.origins[sent:ready],
+                     self.logprobs[sent:ready] if with_logprobs else None)
 
 
 def _find_stop(text: str, stops: Sequence[str], emitted: int) -> int | None:

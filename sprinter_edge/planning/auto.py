@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 
 from ..backend.llama import LlamaModel
 from ..decoding import DecodeContext, Plan, Stats, Step, Strategy
@@ -39,6 +38,13 @@ class Auto(Strategy):
     def __init__(self, planner: Planner | None = None) -> None:
         self.planner = planner  # the engine hands its planner over (it outlives the reply)
         self.plan: Plan | None = None
+        self._approximate: Strategy | None = None  # an approximate plan's strategy, once one ran
+
+    def guarantee(self, stats: Stats) -> str:
+        """The exact methods' promise, or that of the approximate plan it ran."""
+        if self._approximate is not None and not stats.exact:
+            return self._approximate.guarantee(stats)
+        return super().guarantee(stats)
 
     def scores_every_token(self, ctx: DecodeContext) -> bool:
         """Exact unless it may run sprinter (a draft, and the caller chose an operating point)."""
@@ -70,7 +76,8 @@ class Auto(Strategy):
             plan = self.plan
             trace.plan = plan.label
             trace.plans_run.append(plan.label)
-            stats.exact = stats.exact and strategy_of(plan).exact
+            if not strategy_of(plan).exact:
+                stats.exact, self._approximate = False, strategy_of(plan)
             inner = run_loop(ctx, seq, _proposer(ctx, plan))
             base = _counters(stats)
             seg_tokens, seg_seconds, since_look = 0, 0.0, 0
@@ -127,4 +134,4 @@ def _proposer(ctx: DecodeContext, plan: Plan) -> Proposer:
 
 
 def _counters(stats: Stats) -> dict[str, int]:
-    return asdict(stats.counters)
+    return stats.counters.flat()

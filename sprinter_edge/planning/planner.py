@@ -50,8 +50,9 @@ class Planner:
     costs: Costs
     evidence: Evidence = field(default_factory=Evidence)
     verifier_ms: float = 0.0  # one verifier score
-    max_run_cap: int | None = 20  # the user's cap bounds SPRINTER's (a quality setting)
-    use_sprinter: bool = True  # approximate plans may be candidates (when the caller allows)
+    # the user's values of the methods' settings (sprinter's run cap bounds its plans' caps)
+    settings: dict[str, Any] = field(default_factory=dict)
+    allow_approximate: bool = True  # approximate plans may be candidates (when the caller allows)
     # measured / predicted time per method (1 = the cost model is right)
     efficiency: dict[str, Rate] = field(default_factory=dict)
     # per kind of request: measured ms per token of each plan label, and tokens it ran
@@ -72,7 +73,7 @@ class Planner:
 
     def inputs(self, kind: str = "chat", depth: int = 0) -> PriceInputs:
         """What plans are priced from, for a request of `kind` after `depth` tokens of context."""
-        return PriceInputs(self.costs.at(depth), self.evidence, kind, self.verifier_ms, self.max_run_cap)
+        return PriceInputs(self.costs.at(depth), self.evidence, kind, self.verifier_ms, self.settings)
 
     def _runs_here(self, strategy: Strategy) -> bool:
         """A strategy that drafts runs only with a draft."""
@@ -82,7 +83,7 @@ class Planner:
         """The registered strategies whose plans may run here: the draft's only with a draft,
         approximate ones only when the caller chose an operating point."""
         return [s for s in (cls() for cls in STRATEGIES.values())
-                if self._runs_here(s) and (s.exact or (approximate and self.use_sprinter))]
+                if self._runs_here(s) and (s.exact or (approximate and self.allow_approximate))]
 
     # ------------------------------------------------------------------ predictions
     def _eff(self, method: str) -> float:
@@ -96,18 +97,18 @@ class Planner:
         seen = [v for k, v in self.efficiency.items() if k != BASELINE.name]
         return sum(v.value * v.weight for v in seen) / sum(v.weight for v in seen) if seen else 1.0
 
-    def round(self, plan: Plan | str, depth: int = 0, **settings: Any) -> RoundPrice:
+    def round_of(self, plan: Plan | str, depth: int = 0, **settings: Any) -> RoundPrice:
         """The expected round of `plan` (a plan, or a method name and its settings) after `depth`
         tokens of context, from costs and the evidence so far; a method priced by a prior is
         priced as a plain step here."""
-        plan = Plan(plan, **settings) if isinstance(plan, str) else plan
+        plan = STRATEGIES[plan]().plan(**settings) if isinstance(plan, str) else plan
         strategy, inputs = strategy_of(plan), self.inputs(depth=depth)
         price = strategy.price(plan, inputs) if self._runs_here(strategy) else None
-        return price if price is not None else BASELINE.price(Plan(BASELINE.name), inputs)
+        return price if price is not None else BASELINE.price(BASELINE.plan(), inputs)
 
     def raw_ms(self, plan: Plan | str, depth: int = 0, **settings: Any) -> float:
         """Predicted decode milliseconds per generated token, from costs and acceptance."""
-        return self.round(plan, depth, **settings).ms_per_token
+        return self.round_of(plan, depth, **settings).ms_per_token
 
     def plans(self, kind: str = "chat", approximate: bool = False, *, measured: bool = True,
               depth: int = 0) -> list[Plan]:
@@ -119,7 +120,7 @@ class Planner:
             return self._kind_ms(kind, label, predicted) if measured else predicted
 
         inputs = self.inputs(kind, depth)
-        base = Plan(BASELINE.name)
+        base = BASELINE.plan()
         ar_ms = kind_ms(base.label, self.raw_ms(base, depth) * self._eff(BASELINE.name))
         out = [replace(base, ms_per_token=ar_ms)]
         for strategy in self.candidates(approximate):
@@ -153,13 +154,13 @@ class Planner:
             prior = {p.label: p.ms_per_token
                      for p in self.plans(kind, approximate, measured=False, depth=depth)}
             unproven = [(min(p.ms_per_token, prior[p.label]), p) for p in plans[1:]
-                        if strategy_of(p).learned and self.ran.get((kind, p.label), 0) < PROBE_TOKENS]
+                        if strategy_of(p).judged_by_runs and self.ran.get((kind, p.label), 0) < PROBE_TOKENS]
             close = [(ms, p) for ms, p in unproven if ms <= best.ms_per_token * (1 + PROBE_WITHIN)]
             if close:
                 p = min(close, key=lambda c: c[0])[1]
                 return p, (f"probing {p.label} on {kind} requests (predicted within "
                            f"{PROBE_WITHIN:.0%} of {best.label})")
-        if strategy_of(best).learned and best.method != BASELINE.name:  # they price every proposal
+        if strategy_of(best).judged_by_runs and best.method != BASELINE.name:  # they price every proposal
             return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests")
         if best.method == BASELINE.name or best.ms_per_token > ar.ms_per_token * (1 - MARGIN):
             other = next((p for p in plans if p.method != BASELINE.name), None)
@@ -230,8 +231,8 @@ class Planner:
 def flat_copy(planner: Planner) -> Planner:
     """The same planner priced as if a decode call cost one token whatever its batch (a GPU or
     Apple Silicon, roughly): what `auto` would do on such a machine with this pair."""
-    return Planner(planner.costs.flat(), planner.evidence, planner.verifier_ms, planner.max_run_cap,
-                   planner.use_sprinter)
+    return Planner(planner.costs.flat(), planner.evidence, planner.verifier_ms, planner.settings,
+                   planner.allow_approximate)
 
 
 @dataclass(frozen=True)
@@ -260,13 +261,13 @@ class FlatBound:
         out = [f"  flat-batch bound, an UPPER bound (not a prediction): if a batch of any size cost what "
                f"one token costs, c(n) = c(1) = {self.c1:.0f} ms for the target{d}, auto would run "
                f"{p.label} at {self.ratio:.2f}x ar"]
-        if p.method == "ar":
+        if p.method == BASELINE.name:
             return out
         per_token = (f.draft_ms + self.c1) / f.tokens
         out.append(f"    formula: ms/token = (draft ms per round + c(1)) / tokens per round = "
                    f"({f.draft_ms:.0f} + {self.c1:.0f}) / {f.tokens:.2f} = {per_token:.1f}, "
                    f"against ar's c(1) = {self.c1:.0f}")
-        mean = " (mean)" if p.method == "sprinter" else ""
+        mean = " (mean)" if m.batch != round(m.batch) else ""  # a mixture over run lengths
         out.append(f"    it needs a target batch of {m.batch:.0f} tokens{mean} to cost <= "
                    f"{max(self.break_even_ms, 0.0):.0f} ms to beat ar at the draft costs measured here; "
                    f"measured here {m.target_ms:.0f} ms: the cost model puts {p.label} at "
@@ -278,7 +279,7 @@ def flat_bound(planner: Planner) -> FlatBound:
     """`FlatBound` for the plan `auto` would pick under flat costs."""
     flat = flat_copy(planner)
     plan, _ = flat.best()
-    f, m = flat.round(plan), planner.round(plan)
+    f, m = flat.round_of(plan), planner.round_of(plan)
     c1 = planner.target.cost(1)
     d1 = planner.draft.cost(1) if planner.draft is not None else None
     ratio = c1 * f.tokens / (f.draft_ms + f.target_ms)
@@ -287,7 +288,7 @@ def flat_bound(planner: Planner) -> FlatBound:
 
 
 def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold: float | None,
-                 max_run_cap: int | None, acceptance: Any | None = None) -> Planner:
+                 settings: dict[str, Any] | None = None, acceptance: Any | None = None) -> Planner:
     """A planner for these loaded models: costs from the cache (or measured now), the verifier's
     own cost timed here, and acceptance priors from the best source there is: the pair's
     on-policy measurements (`acceptance` in models/pairs.toml), else the verifier's calibration
@@ -297,23 +298,15 @@ def make_planner(target: Any, draft: Any | None, verifier: Any | None, threshold
     from ..costs import machine_costs
 
     draft_costs = draft if isinstance(draft, CostTable) or draft is None else machine_costs(draft)
-    planner = Planner.of(machine_costs(target), draft_costs, max_run_cap=max_run_cap)
+    planner = Planner.of(machine_costs(target), draft_costs, settings=dict(settings or {}))
     if draft is None or verifier is None:
         return planner
     if isinstance(draft, CostTable):
         raise TypeError("timing a verifier needs the draft model, not its cost table")
     planner.verifier_ms = time_verifier(verifier, draft)
     rows = getattr(verifier, "calibration", None)
-    ev = planner.evidence
-    if acceptance is not None:
-        ev.sd_accept = Rate(acceptance.sd_accept)
-        ev.flagged_accept = Rate(acceptance.flagged_accept)
-        if threshold is not None:
-            ev.flag_rate = Rate(max(acceptance.flag_rate_at(threshold), 0.01))
-    elif rows and threshold is not None:
-        from ..verifiers.calibration import row_at
-
-        ev.flag_rate = Rate(max(row_at(rows, threshold).flag_rate, 0.01))
+    for cls in STRATEGIES.values():  # each method starts its own rates from what is measured
+        cls().seed_evidence(planner.evidence, acceptance, rows, threshold)
     return planner
 
 

@@ -98,10 +98,10 @@ def install_error_handlers(app: FastAPI) -> None:
 @router.get("/", include_in_schema=False)
 async def page(request: Request) -> HTMLResponse:
     """The chat page: one file, no build step and nothing fetched from elsewhere."""
-    from ..methods import DEFAULT_METHOD, METHODS
+    from ..methods import DEFAULT_METHOD, methods
 
     html = (files(__package__) / "page.html").read_text(encoding="utf-8")
-    html = html.replace("__METHODS__", json.dumps(list(METHODS))).replace(
+    html = html.replace("__METHODS__", json.dumps(list(methods()))).replace(
         "__DEFAULT_METHOD__", json.dumps(state_of(request).engine.settings.method or DEFAULT_METHOD))
     return HTMLResponse(html)
 

@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 from fastapi.responses import StreamingResponse
 
-from ..decoding import Chunk, GenerationResult, SamplingParams
+from ..decoding import Chunk, GenerationResult, SamplingParams, all_settings
+from ..decoding.settings import resolve
 from ..errors import ContextOverflowError, GrammarError, SprinterError
 from ..grammar import Constraint
 from ..verifiers.operating_point import OperatingPoint
@@ -101,8 +102,12 @@ def submit(worker: EngineWorker, defaults: SamplingParams,
     """Queue the request on the worker."""
     params, point = request_params(req, defaults, logprobs=logprobs, extra_stops=extra_stops,
                                    tool_constraint=tool_constraint)
+    try:
+        settings = resolve(all_settings(), req.settings) if req.settings else None
+    except SprinterError as exc:
+        raise ApiError(400, f"settings: {exc}", param="settings") from None
     return worker.submit(prompt, params=params, chat=chat, method=req.method, operating_point=point,
-                         origins=bool(req.origins))
+                         settings=settings, origins=bool(req.origins))
 
 
 async def wait_started(job: Job) -> None:

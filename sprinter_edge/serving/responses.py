@@ -95,7 +95,7 @@ def usage(result: GenerationResult) -> dict[str, Any]:
 
 def result_extra(result: GenerationResult) -> dict[str, Any]:
     """What a whole response (or a stream's last choice) adds: usage and the decoding counters."""
-    return {"usage": usage(result), "sprinter": result.stats.to_dict()}
+    return {"usage": usage(result), "decoding": result.stats.to_dict()}
 
 
 def finish_reason(result: GenerationResult, *, tool_calls: bool = False) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..decoding.sampling import MAX_LOGPROBS
-from ..methods import METHODS
+from ..methods import methods
 
 
 class _Strict(BaseModel):
@@ -141,16 +141,18 @@ class _GenerationFields(_Strict):
     # OpenAI's: token id (as a string) -> bias in [-100, 100] added to its logit
     logit_bias: dict[str, float] | None = None
     # sprinter-edge extensions
-    method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
+    method: str | None = Field(default=None, description="a decoding method (auto, ar, sd, lookup, ...)")
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     # stream each chunk's tokens with where they came from (the chat page shades them)
     origins: bool | None = None
+    # the methods' own settings for this request, e.g. {"draft_len": 3} (decoding/settings.py)
+    settings: dict[str, Any] | None = None
 
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str | None) -> str | None:
-        if value is not None and value not in METHODS:
-            raise ValueError(f"unknown method {value!r}; choose from {', '.join(METHODS)}")
+        if value is not None and value not in methods():  # the registry as it is now
+            raise ValueError(f"unknown method {value!r}; choose from {', '.join(methods())}")
         return value
 
     @model_validator(mode="after")

@@ -2,7 +2,7 @@
 
 Endpoints: POST /v1/chat/completions, POST /v1/completions (both with `stream` over SSE),
 GET /v1/models, GET /health. Every response carries `usage` and the decoding counters in
-an extra `sprinter` field. Requests run one at a time on a single worker thread (see
+an extra `decoding` field. Requests run one at a time on a single worker thread (see
 worker.py); a client that disconnects mid-stream frees the worker at the next step.
 Routes: handlers.py; response shapes: responses.py; tool calls: tools.py; logprobs: the
 target's, see DecodeContext.record_target; every request field against llama.cpp's

@@ -221,6 +221,15 @@ def _batches(items: list[CorpusPrompt], size: int) -> Iterator[tuple[int, list[C
         yield k // size, items[k : k + size]
 
 
+def _check_policy(cfg: CollectConfig, behaviour: onpolicy.Behaviour | None) -> bool:
+    """Whether the collection is on-policy (SPRINTER's own trajectories); a bad policy raises."""
+    if cfg.policy not in POLICIES:
+        raise SprinterError(f"unknown collection policy {cfg.policy!r}; choose from {', '.join(POLICIES)}")
+    if cfg.policy == "sprinter" and behaviour is None:
+        raise SprinterError("the on-policy collection needs a behaviour verifier and threshold")
+    return cfg.policy == "sprinter"
+
+
 def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str | Path,
             cfg: CollectConfig | None = None, *, behaviour: onpolicy.Behaviour | None = None,
             progress: bool = True) -> CollectSummary:
@@ -232,11 +241,7 @@ def collect(draft: LlamaModel, target: LlamaModel, corpus: Corpus, out_dir: str 
     from tqdm import tqdm
 
     cfg = cfg or CollectConfig()
-    if cfg.policy not in POLICIES:
-        raise SprinterError(f"unknown collection policy {cfg.policy!r}; choose from {', '.join(POLICIES)}")
-    on_policy = cfg.policy == "sprinter"
-    if on_policy and behaviour is None:
-        raise SprinterError("the on-policy collection needs a behaviour verifier and threshold")
+    on_policy = _check_policy(cfg, behaviour)
     fields = onpolicy.FIELDS if on_policy else FIELDS
     groups = prompt_groups(corpus.prompts)
     out = Path(out_dir)

@@ -36,10 +36,22 @@ class Proposal:
     # offered (staged: before the draft's cut), and what ended a SPRINTER run
     drafted: int = 0
     copied: int = 0
-    ended_by: str | None = None  # flag | cap | eog
+    ended_by: str | None = None  # what ended an untested run (SPRINTER: flag | cap | eog)
+    bumps: tuple[str, ...] = ()  # counters of the proposing method's own to add one to (Counters.extra)
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def cut(self, n: int) -> Proposal:
+        """The first n tokens (a grammar refused the rest): the copies the cut drops are no longer
+        offered; what the draft produced was produced all the same."""
+        if n >= len(self.tokens):
+            return self
+        in_tokens = sum(self.source_of(j) == "copy" for j in range(len(self.tokens)))
+        kept = sum(self.source_of(j) == "copy" for j in range(n))
+        return Proposal(self.tokens[:n], self.q[:n], trusted=min(self.trusted, n), source=self.source,
+                        drafted=self.drafted, copied=self.copied - in_tokens + kept,
+                        ended_by=self.ended_by, bumps=self.bumps)
 
     def source_of(self, j: int) -> str:
         """Who proposed token j: "grammar" (the fast-forward span), "copy" (the `copied` tokens

@@ -66,6 +66,10 @@ class StopRule(ABC):
         """The target's test on the first untrusted token."""
 
 
+# SPRINTER's own counters (Sprinter.counters): what ended each untested run
+RUN_END_COUNTERS = {"flag": "flags", "cap": "cap_hits", "eog": "eog_checks"}
+
+
 @dataclass
 class FixedLength(StopRule):
     k: int = 4
@@ -231,8 +235,9 @@ class DraftProposer(Proposer):
         finally:
             if grammar is not None:
                 grammar.rollback(moved)
+        ended = self.rule.ended_by
         return Proposal(tokens, qs, trusted=self.rule.trusted, source="draft", drafted=len(tokens),
-                        ended_by=self.rule.ended_by)
+                        ended_by=ended, bumps=(RUN_END_COUNTERS[ended],) if ended else ())
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         if len(proposal) > proposal.trusted:

@@ -69,7 +69,7 @@ class Constrained(Proposer):
             return Proposal(prefix + inner.tokens, qs + inner.q, trusted=inner.trusted,
                             forced=len(forced), grammar=len(span),
                             source=inner.source or "grammar", drafted=inner.drafted,
-                            copied=inner.copied, ended_by=inner.ended_by)
+                            copied=inner.copied, ended_by=inner.ended_by, bumps=inner.bumps)
         finally:
             grammar.rollback(moved)
 
@@ -125,7 +125,4 @@ class Constrained(Proposer):
         if n == len(proposal.tokens):
             return proposal
         log.debug("%s proposal cut at %d of %d tokens by the grammar", proposal.source, n, len(proposal))
-        return Proposal(proposal.tokens[:n], proposal.q[:n], trusted=min(proposal.trusted, n),
-                        source=proposal.source, drafted=proposal.drafted,
-                        copied=min(proposal.copied, n) if proposal.source == "lookup" else proposal.copied,
-                        ended_by=proposal.ended_by)
+        return proposal.cut(n)

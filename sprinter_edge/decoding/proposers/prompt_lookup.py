@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...costs.evidence import ANCHOR, CopyEvidence, bucket_of
 from ...costs.pricing import best_length, best_staged_length
 from .base import Proposal, Proposer
+from .copy_evidence import ANCHOR, CopyEvidence, bucket_of
 from .edit_memory import EditMemory
 
 if TYPE_CHECKING:
@@ -136,6 +136,7 @@ class PromptLookup(Proposer):
         self.index = SuffixIndex()
         self.memory = EditMemory()
         self._bucket = self._span = self._cut = self._end = self._round_start = 0
+        self._was_staged = False  # the last proposal went through the draft first
         self._source: int | None = None  # where the last copy stood in the source
         self._depart: tuple[int, int] | None = None  # (source, reply) positions where they parted
         self._held = False  # the last proposal was accepted whole: the copy goes on
@@ -183,6 +184,7 @@ class PromptLookup(Proposer):
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.index.extend(seq)
         self._round_start = len(seq)
+        self._was_staged = False
         found = self._start(seq)
         if found is None:
             return Proposal()
@@ -228,13 +230,13 @@ class PromptLookup(Proposer):
         tokens = list(follow[:cut])
         if cut < ctx.remaining - 1 and not (tokens and ctx.text_eog(tokens[-1])):
             tokens.append(int(choice[cut]))
-        self._span, self._cut = len(follow), cut
+        self._span, self._cut, self._was_staged = len(follow), cut, True
         return Proposal(tokens, list(tokens), source="staged", copied=len(follow), drafted=len(tokens) - cut)
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         if not proposal.tokens:
             return
-        if proposal.source == "staged":  # the draft's agreement stands in for the target's on the cut part
+        if self._was_staged:  # the draft's agreement stands in for the target's on the cut part
             copied = min(self._cut, accepted)
             self.evidence.add(self._bucket, copied, stopped=copied < self._span)
             self._source = self._end + copied
