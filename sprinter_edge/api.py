@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend.llama import LlamaModel, LoadOptions, common_prefix
+from .backend.llama import LlamaModel, LoadOptions, check_gguf_file, common_prefix
 from .backend.prompt_cache import PromptCache
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
@@ -208,6 +208,7 @@ class Engine:
                     raise TokenizerMismatchError(tokenizer_mismatch(
                         self.draft_path.name, found.n_vocab, target.path.name, target.n_vocab))
                 return found.table
+            check_gguf_file(self.draft_path)  # a missing or foreign file is refused now, not mid-reply
             self._draft_prior = prior_costs(machine_costs(self.target), self.draft_path, self.target_path)
             return self._draft_prior
         return machine_costs(self.draft)

@@ -157,3 +157,19 @@ def test_machine_costs_sweeps_depths_only_when_asked(fresh_cache: Path, fixture_
     full = machine_costs(fixture_engine.target, depths=True)
     assert full.depths_measured and full.deep
     assert machine_costs(fixture_engine.target).depths_measured  # stored
+
+
+def test_an_unloaded_draft_is_still_checked_up_front(fresh_cache: Path, fixture_target_path: Path,
+                                                     tmp_path: Path) -> None:
+    """Priced without loading it, a draft that is not a GGUF file is refused when the planner is
+    built, not in the middle of the reply whose plan first loads it."""
+    from sprinter_edge.errors import ModelFileError
+
+    bad = tmp_path / "draft.gguf"
+    bad.write_bytes(b"not a model at all")
+    engine = Engine(fixture_target_path, bad, method="auto", hardware=Hardware(n_ctx=1024, n_threads=1))
+    try:
+        with pytest.raises(ModelFileError, match="not a GGUF file"):
+            engine.planner()
+    finally:
+        engine.close()
