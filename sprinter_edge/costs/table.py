@@ -15,7 +15,7 @@ First use is quick: one repeat of the sizes a plan needs, after BASE_DEPTH token
 not the minutes a sweep of deep contexts takes). The table then learns from the calls the
 decoder times anyway (`CostTable.learn`: each one is a measurement at its size and depth) and is
 stored again, so the depths a user's requests reach are priced from their own calls. The bench
-and `doctor` ask for the full measurement (`machine_costs(..., depths=True)`).
+asks for the full measurement (`machine_costs(..., depths=True)`).
 """
 
 from __future__ import annotations
