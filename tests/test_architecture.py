@@ -186,6 +186,9 @@ def test_a_method_is_its_strategy_and_a_registry_line(toy: None, fixture_engine:
     c = got.stats.counters
     assert c.pq_tests > 0 and c.toy_rounds == c.target_calls  # its own counter, bumped each round
     assert got.stats.to_dict()["toy_rounds"] == c.toy_rounds
+    gen = fixture_engine.stream(PROMPT, params, method="toy", settings={"toy_repeat": 2})
+    assert gen.ctx.settings["draft_len"] == fixture_engine.settings.draft_len  # the rest: the engine's
+    gen.close()
     with pytest.raises(SettingsError, match="toy_repeat must be >= 1"):
         fixture_engine.generate(PROMPT, params, method="toy", settings={"toy_repeat": 0})
 
