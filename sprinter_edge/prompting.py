@@ -22,7 +22,9 @@ _CODE_CUES = re.compile(
 
 
 def prompt_domain(prompt: str | Sequence[Message]) -> str:
-    """'code' when the request is about code, else 'chat' (the user's messages are read)."""
+    """'code' when the request is about code, else 'chat' (the user's messages are read).
+    Not `request_kind`: the domain picks the verifier's presets, calibrated per domain on its
+    corpus (an edit request is in the code domain); the kind is what auto learns per."""
     return "code" if _CODE_CUES.search(_user_text(prompt)) else "chat"
 
 # A request that carries code or a document the reply may copy: a fenced block of a few lines,

@@ -111,7 +111,7 @@ def test_missing_server_build_is_one_note(tmp_path: Path, monkeypatch: pytest.Mo
     assert llama_tools.find_tool() is None
     config = results.BenchConfig(methods=["ar", *SERVER_METHODS], humaneval=0, chat=1, explain=0, long=0)
     plan = results.plan(fixture_engine, config)
-    assert [s.kind for s in plan.specs] == ["ar"]
+    assert [s.base_method for s in plan.specs] == ["ar"]
     assert plan.notes == ["llama-server: not built: run tools/build_llama_server.sh"]
 
 
@@ -167,15 +167,15 @@ def test_long_context_prompts(fixture_engine) -> None:  # type: ignore[no-untype
         n = len(fixture_engine.encode(p.text))
         assert 1000 <= n <= 3000, (p.id, n)
         fn = p.problem["function"]
-        assert p.kind == "long" and p.id == f"long/{p.problem['module']}.{fn}"
+        assert p.workload == "long" and p.id == f"long/{p.problem['module']}.{fn}"
         assert f"Quote the function `{fn}`" in p.text
         assert p.problem["quote"].startswith(f"def {fn}(") and p.problem["quote"] in p.text
-    assert {p.kind for p in prompts.explain_prompts()} == {"chat"}
+    assert {p.workload for p in prompts.explain_prompts()} == {"chat"}
 
 
-def _record(method: str, kind: str, prompt_kind: str, tps: float, seconds: float = 1.0, **stats):  # type: ignore[no-untyped-def]
-    return runner.RunRecord(method, f"{prompt_kind}/0", prompt_kind, "text", [1, 2], stats, 2, seconds,
-                            tps, 100.0, rouge_l=1.0 if kind == "ar" else 0.5)
+def _record(method: str, base_method: str, workload: str, tps: float, seconds: float = 1.0, **stats):  # type: ignore[no-untyped-def]
+    return runner.RunRecord(method, f"{workload}/0", workload, "text", [1, 2], stats, 2, seconds,
+                            tps, 100.0, rouge_l=1.0 if base_method == "ar" else 0.5)
 
 
 def test_groups_own_plain_ratio_report_and_plot(tmp_path: Path) -> None:
@@ -190,7 +190,8 @@ def test_groups_own_plain_ratio_report_and_plot(tmp_path: Path) -> None:
     ]
     groups = summary.summarize_groups(records, specs)
     assert list(groups) == ["humaneval", "long"]
-    mod = {k: next(r for r in rows if r["kind"] == "llama-server-ngram-mod") for k, rows in groups.items()}
+    mod = {k: next(r for r in rows if r["base_method"] == "llama-server-ngram-mod")
+           for k, rows in groups.items()}
     assert mod["humaneval"]["ratio_vs_ar"] == pytest.approx(1.32)
     assert mod["humaneval"]["ratio_vs_plain"] == pytest.approx(1.2)
     assert mod["long"]["ratio_vs_ar"] == pytest.approx(2.25)

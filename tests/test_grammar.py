@@ -77,15 +77,15 @@ def walk(m: Matcher, tokens: list[int]) -> None:
 def test_response_format() -> None:
     assert Constraint.from_response_format({"type": "text"}) is None
     assert Constraint.from_response_format(None) is None
-    assert Constraint.from_response_format({"type": "json_object"}).kind == "json_object"
+    assert Constraint.from_response_format({"type": "json_object"}).type == "json_object"
     c = Constraint.from_response_format(
         {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}})
-    assert (c.kind, c.name, c.strict, c.schema) == ("json_schema", "person", True, PERSON)
+    assert (c.type, c.name, c.strict, c.schema) == ("json_schema", "person", True, PERSON)
     assert list(c.schema["properties"]) == ["name", "age"]  # key order kept: it is the output's
     assert c == Constraint.json_schema(PERSON, name="person") and hash(c) == hash(Constraint.json_schema(
         json.dumps(PERSON), name="person"))
     # llama.cpp server's spelling of a schema
-    assert Constraint.from_response_format({"type": "json_object", "schema": PERSON}).kind == "json_schema"
+    assert Constraint.from_response_format({"type": "json_object", "schema": PERSON}).type == "json_schema"
     with pytest.raises(GrammarError, match="json_schema"):
         Constraint.from_response_format({"type": "json_schema"})
     with pytest.raises(GrammarError, match="unsupported response_format type 'xml'"):
@@ -119,9 +119,9 @@ def test_not_strict_ignores_what_llguidance_lacks() -> None:
 
 
 def test_grammar_syntax_detection() -> None:
-    assert Constraint.grammar('root ::= "yes" | "no"').kind == "gbnf"
-    assert Constraint.grammar('start: "yes" | "no"').kind == "lark"
-    assert Constraint.grammar('root ::= "yes"', syntax="gbnf").kind == "gbnf"
+    assert Constraint.grammar('root ::= "yes" | "no"').type == "gbnf"
+    assert Constraint.grammar('start: "yes" | "no"').type == "lark"
+    assert Constraint.grammar('root ::= "yes"', syntax="gbnf").type == "gbnf"
     # a GBNF rule named `start` is not Lark's start rule (llguidance's converter renames root
     # to start, so it refuses the grammar, as GBNF)
     with pytest.raises(GrammarError, match="invalid GBNF grammar: Rule 'start' already exists"):
@@ -137,7 +137,7 @@ def test_tool_choice_shapes() -> None:
     assert Constraint.from_tool_choice(TOOLS, "none") is None
     assert Constraint.from_tool_choice(None, None) is None
     named = Constraint.from_tool_choice(TOOLS, {"type": "function", "function": {"name": "add"}})
-    assert named.kind == "lark" and '"const": "add"' in named.source and "get_weather" not in named.source
+    assert named.type == "lark" and '"const": "add"' in named.source and "get_weather" not in named.source
     required = Constraint.from_tool_choice(TOOLS, "required")
     assert "get_weather" in required.source and "add" in required.source
     with pytest.raises(GrammarError, match="'nope', which is not one of the tools"):

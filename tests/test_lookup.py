@@ -15,12 +15,8 @@ from test_exactness import ALPHA, PROMPTS, _cell, _chisquare_pvalue, _exact_join
 
 from sprinter_edge import Engine, SamplingParams
 from sprinter_edge.costs.table import CostTable
-from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
-from sprinter_edge.decoding.proposers.prompt_lookup import (
-    SuffixIndex,
-    best_length,
-    bucket_of,
-)
+from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence, bucket_of
+from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex, best_length
 from sprinter_edge.decoding.sampling import Sampler
 from sprinter_edge.planning.planner import Planner
 

@@ -59,7 +59,7 @@ def test_fields_become_the_constraint_and_prediction() -> None:
     params, _ = request_params(chat(response_format={"type": "text"}), SamplingParams())
     assert params.constraint is None
     params, _ = request_params(CompletionRequest(prompt="x", grammar=YES_NO), SamplingParams())
-    assert params.constraint is not None and params.constraint.kind == "gbnf"
+    assert params.constraint is not None and params.constraint.type == "gbnf"
     params, _ = request_params(CompletionRequest(prompt="x", json_schema=PERSON), SamplingParams())
     assert params.constraint is not None and not params.constraint.strict  # llama.cpp's field
     parts = {"type": "content", "content": [{"type": "text", "text": "a = 1\n"},

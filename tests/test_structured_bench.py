@@ -26,7 +26,7 @@ def test_the_builder_yields_tasks_whose_truth_is_the_ast() -> None:
     functions = [p for p in prompts if p.problem["truth"] is not None]
     assert len(functions) >= 40 and len(prompts) - len(functions) == len(structured.SCHEMA_TASKS)
     assert len({p.id for p in prompts}) == len(prompts)
-    assert all(p.kind == "structured" and p.id.startswith("structured/") for p in prompts)
+    assert all(p.workload == "structured" and p.id.startswith("structured/") for p in prompts)
     assert prompts[structured.SCHEMA_EVERY - 1].problem["truth"] is None  # the two sorts mixed
     assert [p.id for p in structured.structured_prompts(7)] == [p.id for p in prompts[:7]]
     for p in functions:  # each truth is valid under the schema, and names the pasted function
@@ -129,7 +129,7 @@ def test_every_schema_compiles_and_takes_its_truth(fixture_engine) -> None:  # t
 
 def test_free_rows_and_the_reference() -> None:
     specs = runner.expand_methods(["ar+free", "auto"], None)
-    assert [(s.label, s.kind, s.free, s.is_reference) for s in specs] == [
+    assert [(s.label, s.base_method, s.free, s.is_reference) for s in specs] == [
         ("ar", "ar", False, True), ("ar+free", "ar", True, False), ("auto", "auto", False, False)]
     with pytest.raises(ValueError, match="free of the schema"):
         runner.expand_methods(["llama-server+free"], None)
@@ -170,9 +170,13 @@ def test_a_short_structured_bench(fixture_engine, fixture_target_path: Path,  # 
     assert "## structured output" in md and "| valid/tasks |" in md
 
 
+MAX_SCHEMA_TOKENS = 512  # enough for the fixture's schema-following reply to server-config to end
+
+
 def test_llama_server_rows_send_the_schema(fixture_engine, fixture_target_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A llama-server row gets the task's schema as /completion's `json_schema`: its reply
-    follows it (unless cut by max_tokens)."""
+    follows it. The budget is one the fixture's reply ends within (`MAX_SCHEMA_TOKENS`), so a
+    reply cut by max_tokens fails the test instead of passing it unchecked."""
     from sprinter_edge.backend import llama_tools, native
     from sprinter_edge.bench.llama_server import LlamaServer
 
@@ -186,8 +190,9 @@ def test_llama_server_rows_send_the_schema(fixture_engine, fixture_target_path: 
     assert server.request_body([1], 4, json_schema=schema)["json_schema"] == schema
     assert "json_schema" not in server.request_body([1], 4)
     try:
-        run = server.generate(fixture_engine.encode(task.text), 120, json_schema=schema)
+        run = server.generate(fixture_engine.encode(task.text), MAX_SCHEMA_TOKENS, json_schema=schema)
     finally:
         server.close()
     check = structured.check_reply(task.problem, run.text, run.finish_reason)
-    assert check.passed or check.length, (check.why, run.text)
+    assert not check.length, f"cut by max_tokens={MAX_SCHEMA_TOKENS}: raise it ({run.text!r})"
+    assert check.passed, (check.why, run.text)

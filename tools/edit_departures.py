@@ -61,7 +61,7 @@ def main() -> int:
                 continue
             score = verifier.score(DraftFeatures(hidden=None, logits=row, token=int(np.argmax(row)),
                                                  run_position=0, output_position=i, temperature=0.0))
-            at_departure.append({"task": pid, "kind": r.kind, "position": i,
+            at_departure.append({"task": pid, "edit": r.edit, "position": i,
                                  "match": match, "max_prob": round(conf, 4), "score": round(score, 4),
                                  "draft_copies": int(np.argmax(row)) == copy,
                                  "draft_right": int(np.argmax(row)) == token})

@@ -1,6 +1,6 @@
 """What the edit-analysis tools share: the command line over a bench.json, `ar`'s replies to its
 edit tasks, and the engine over the pair the bench ran (tools/edit_departures.py,
-tools/edit_verifier_trial.py, tools/lookup_replay.py)."""
+tools/edit_verifier_trial.py; tools/replay.py reads both edit workloads itself)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sprinter_edge import Engine, Hardware
-from sprinter_edge.bench.edits import edit_prompts
+from sprinter_edge.bench.edits import FUNCTIONS
+from sprinter_edge.bench.summary import workload_of
 
 log = logging.getLogger("edit_replies")
 
@@ -19,7 +20,7 @@ log = logging.getLogger("edit_replies")
 @dataclass(frozen=True)
 class EditReply:
     task: str  # the edit task's id
-    kind: str  # its edit kind
+    edit: str  # its edit (rename_function, ...)
     text: str  # the request as the bench sent it
     reply: list[int]  # ar's reply, token ids
 
@@ -38,20 +39,17 @@ def parser(doc: str, *, out: bool = False) -> argparse.ArgumentParser:
 
 def ar_replies(data: dict) -> list[EditReply]:
     """`ar`'s non-empty replies to the edit tasks of a bench.json, in its order."""
-    runs = [r for r in data["runs"] if r["method"] == "ar" and r["prompt_kind"] == "edit"]
-    n = max(len(runs), 1) * 4
-    while True:  # the tasks may lie past the first ones (--edit-skip): build until all are found
-        prompts = {p.id: p for p in edit_prompts(n)}
-        if all(r["prompt_id"] in prompts for r in runs) or len(prompts) < n:
-            break
-        n *= 2
+    runs = [r for r in data["runs"] if r["method"] == "ar" and workload_of(r) == "edit"]
+    # rebuilt by id: the tasks may lie anywhere in the order (--edit-skip, --split)
+    tasks = {r["prompt_id"]: FUNCTIONS.find(r["prompt_id"]) for r in runs}
+    prompts = {pid: FUNCTIONS.prompt(t) for pid, t in tasks.items() if t is not None}
     out = []
     for r in runs:
         if r["prompt_id"] not in prompts:
             log.warning("task %s is not among the built tasks: skipped", r["prompt_id"])
         elif r["tokens"]:
             p = prompts[r["prompt_id"]]
-            out.append(EditReply(p.id, p.problem["kind"], p.text, list(r["tokens"])))
+            out.append(EditReply(p.id, p.problem["edit"], p.text, list(r["tokens"])))
     return out
 
 

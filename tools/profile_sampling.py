@@ -16,7 +16,7 @@ import json
 import pstats
 
 from sprinter_edge import Engine, Hardware, SamplingParams
-from sprinter_edge.bench.edits import edit_prompts
+from sprinter_edge.bench.edits import FUNCTIONS
 
 # (file suffix, function name) of the work this measures, cumulative time each
 SAMPLING = (("sampling.py", "prepare"), ("sampling.py", "draw"), ("sampling.py", "verify"))
@@ -45,13 +45,15 @@ def main() -> int:
     ap.add_argument("--method", default="lookup", help="decoding method")
     ap.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     ap.add_argument("--max-tokens", type=int, default=200, help="tokens of the profiled reply")
-    ap.add_argument("--task", type=int, default=3, help="which of the first edit tasks is the prompt")
+    ap.add_argument("--task", type=int, default=3, help="which of the first edit tasks "
+                    "(tuning split) is the prompt")
     ap.add_argument("--prompt", default=None, help="a prompt instead of an edit task")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed")
     args = ap.parse_args()
 
-    prompt = args.prompt or edit_prompts(args.task + 1)[args.task].text
+    # speed work sees the tuning side of the edit tasks only (the report side is for the docs)
+    prompt = args.prompt or FUNCTIONS.prompts(args.task + 1, split="tuning")[args.task].text
     engine = Engine.from_pair(args.pair, offline=True, method=args.method,
                               hardware=Hardware(n_threads=args.threads, n_ctx=4096))
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)

@@ -25,6 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 PAGES = ("README.md", "docs/benchmarks.md")
+# inputs renamed since a run recorded its command: the caption names the file as it is now
+RENAMED = {"results/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl"}
+# extraction fields every method copies from the pasted source (structured tasks): the second
+# field-accuracy column leaves them out
+COPIED_FIELDS = ("name", "parameter_names")
 BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 
@@ -32,7 +37,7 @@ BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
 class Table:
     file: str  # a bench.json in results/
     methods: tuple[str, ...] = ()  # rows to show, in order (default: every row)
-    kind: str | None = None  # a workload group of the file instead of its overall rows
+    workload: str | None = None  # the file's rows of this workload (its "groups") instead of all
     names: tuple[tuple[str, str], ...] = ()  # method -> how the row is named
 
 
@@ -43,10 +48,10 @@ TABLES: dict[str, Table] = {
                         names=(("llama-server-ngram-mod", "llama.cpp server, ngram-mod"),)),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
-    "first-use-edits": Table("bench-results-first-use-edits.json", kind="edit"),
-    "first-use-fresh": Table("bench-results-first-use-edits.json", kind="chat"),
-    "first-use-before-edits": Table("bench-results-first-use-before.json", kind="edit"),
-    "first-use-before-fresh": Table("bench-results-first-use-before.json", kind="chat"),
+    "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
+    "first-use-fresh": Table("bench-results-first-use-edits.json", workload="chat"),
+    "first-use-before-edits": Table("bench-results-first-use-before.json", workload="edit"),
+    "first-use-before-fresh": Table("bench-results-first-use-before.json", workload="chat"),
 }
 
 
@@ -76,8 +81,28 @@ def _done(row: dict) -> tuple[str, str] | None:
     return None
 
 
+def field_accuracy(data: dict, method: str) -> tuple[float, float] | None:
+    """A row's structured field accuracy from its runs: over every truth field, and over the
+    fields other than COPIED_FIELDS (a reply with no JSON counts every field wrong)."""
+    right_all = n_all = right_rest = n_rest = 0
+    for run in data.get("runs", []):
+        check = run.get("structured")
+        if run.get("method") != method or not check or check.get("accuracy") is None:
+            continue
+        fields = check.get("fields")
+        if fields is None:  # truth but no JSON read: every field wrong
+            fields = dict.fromkeys(("name", "parameter_names", "defaults", "returns_value", "raises"), False)
+        for name, ok in fields.items():
+            right_all += bool(ok)
+            n_all += 1
+            if name not in COPIED_FIELDS:
+                right_rest += bool(ok)
+                n_rest += 1
+    return (right_all / n_all, right_rest / n_rest) if n_all and n_rest else None
+
+
 def rows_of(data: dict, table: Table) -> list[dict]:
-    rows = data["rows"] if table.kind is None else data["groups"][table.kind]
+    rows = data["rows"] if table.workload is None else data["groups"][table.workload]
     if table.methods:
         by = {r["method"]: r for r in rows}
         rows = [by[m] for m in table.methods]
@@ -93,8 +118,12 @@ def render(name: str, table: Table, where: dict[str, tuple[str, str]]) -> str:
     header = ["method", "decode", "vs `ar`", "time to first token", "end to end, per prompt", "e2e vs `ar`"]
     if any(done):
         header.append(next(d for d in done if d)[0])
+    accuracy = [field_accuracy(data, r["method"]) if r.get("structured_truth_n") else None for r in rows]
+    if any(accuracy):
+        without = " and ".join(f"`{f}`" for f in COPIED_FIELDS)
+        header += ["field accuracy", f"field accuracy without {without}"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row, d in zip(rows, done, strict=True):
+    for row, d, acc in zip(rows, done, accuracy, strict=True):
         e2e = row.get("e2e_seconds")
         e2e_ratio = ar["e2e_seconds"] / e2e if ar and e2e and ar.get("e2e_seconds") else None
         ttft = row.get("ttft_seconds")
@@ -103,11 +132,16 @@ def render(name: str, table: Table, where: dict[str, tuple[str, str]]) -> str:
                  f"{e2e:.1f} s" if e2e else "-", _ratio(e2e_ratio)]
         if any(done):
             cells.append(d[1] if d else "-")
+        if any(accuracy):
+            cells += [f"{x:.2f}" for x in acc] if acc else ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
     date, machine = where.get(table.file, ("(not in results/README.md)", "?"))
     command = data.get("command", "").split(" --out ")[0].replace(" --no-progress", "")
     command = re.sub(r"\S*/(results/[\w.-]+)", r"\1", command)  # a path inside the checkout
-    prompts = f"{rows[0]['prompts']} prompts" + (f" of the `{table.kind}` group" if table.kind else "")
+    for old, new in RENAMED.items():
+        command = command.replace(old, new)
+    group = f" of the `{table.workload}` group" if table.workload else ""
+    prompts = f"{rows[0]['prompts']} prompts{group}"
     caption = (f"{date}, {machine}, {prompts}, from [results/{table.file}](results/{table.file}): "
                f"`{command}`")
     return caption + "\n\n" + "\n".join(lines) + "\n"

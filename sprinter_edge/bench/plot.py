@@ -2,8 +2,8 @@
 
 Top row, every prompt: agreement with the target's greedy output (ROUGE-L against ar) and
 either HumanEval pass@1 (when measured and not the same for every row) or the target's mean
-log-probability of the generated tokens. When the run has more than one workload (prompt
-kind), a second row has one panel per workload: speed against ar over its prompts, against its
+log-probability of the generated tokens. When the run has more than one workload, a second
+row has one panel per workload: speed against ar over its prompts, against its
 own quality axis (pass@1 for HumanEval when it differs between rows, else ROUGE-L against ar)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ _COLORS = {"ar": "black", "auto": "tab:brown", "sd": "tab:blue", "sprinter": "ta
            "llama-server-ngram-simple": "darkcyan"}
 
 
-def _marker(kind: str) -> str:
-    return "s" if kind.startswith("llama-server") else "^" if kind.startswith("llama-cpp") else "o"
+def _marker(method: str) -> str:
+    return "s" if method.startswith("llama-server") else "^" if method.startswith("llama-cpp") else "o"
 
 
 def quality_axes(rows: Sequence[dict]) -> list[tuple[str, str]]:
@@ -45,12 +45,14 @@ def group_axis(rows: Sequence[dict]) -> tuple[str, str]:
 
 
 def _scatter(ax, rows: Sequence[dict], key: str, label: str, title: str = "") -> None:  # type: ignore[no-untyped-def]
+    from .summary import base_method_of
+
     for r in rows:
         x, y = r.get(key), r.get("ratio_vs_ar")
         if x is None or y is None:
             continue
-        ax.scatter([x], [y], color=_COLORS.get(r["kind"], "tab:orange"), marker=_marker(r["kind"]),
-                   s=40, zorder=3)
+        method = base_method_of(r)
+        ax.scatter([x], [y], color=_COLORS.get(method, "tab:orange"), marker=_marker(method), s=40, zorder=3)
         ax.annotate(r["method"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.axhline(1.0, color="black", lw=0.6, ls="--")
     ax.set_xlabel(label, fontsize=8)
@@ -75,10 +77,10 @@ def plot(rows: Sequence[dict], path: Path, title: str = "",
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4.5 * nrows), dpi=110, squeeze=False)
     for ax, (key, label) in zip(axes[0], axes_spec, strict=False):
         _scatter(ax, rows, key, label, "all prompts" if groups else "")
-    for ax, (kind, grows) in zip(axes[1] if groups else [], groups.items(), strict=False):
+    for ax, (workload, grows) in zip(axes[1] if groups else [], groups.items(), strict=False):
         key, label = group_axis(grows)
         n = max((r.get("prompts", 0) for r in grows), default=0)
-        _scatter(ax, grows, key, label, f"{group_name(kind)} ({n} prompt{'s' if n != 1 else ''})")
+        _scatter(ax, grows, key, label, f"{group_name(workload)} ({n} prompt{'s' if n != 1 else ''})")
     for row in axes:
         row[0].set_ylabel("tokens/s relative to ar (same run)")
     for ax in axes.flat:  # panels nothing was drawn in

@@ -1,4 +1,4 @@
-"""What the benchmark generates, by workload (`BenchPrompt.kind`, one group each in the
+"""What the benchmark generates, by workload (`BenchPrompt.workload`, one group each in the
 report and the plot): fresh code (HumanEval problems), chat and explanations (plain chat
 prompts, and requests to explain a short piece of code), and long-context answers (a module of
 the running interpreter's standard library pasted into the prompt, 1-3k tokens, with a
@@ -67,13 +67,13 @@ LONG_MAX_CHARS = 9_000  # about 2.6k tokens: with the reply, within a 4096-token
 
 @dataclass
 class BenchPrompt:
-    """One prompt: an id, the user message, its workload (`kind`: the report's and the plot's
-    group), and the HumanEval problem, the long-context task or the edit task (`edits.EditTask`
-    as a dict) when it is one."""
+    """One prompt: an id, the user message, its workload (the report's and the plot's group,
+    `RunRecord.workload`), and the HumanEval problem, the long-context task or the edit task
+    (`edits.EditTask` as a dict) when it is one."""
 
     id: str
     text: str
-    kind: str = "chat"  # "humaneval", "chat", "long", "edit"
+    workload: str = "chat"  # "humaneval", "chat", "long", "edit", "file_edit", "structured"
     problem: dict = field(default_factory=dict)
     stop: tuple[str, ...] = ()  # every method stops before the first of these texts
 

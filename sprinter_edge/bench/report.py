@@ -147,9 +147,10 @@ def group_tables(groups: dict[str, list[dict]]) -> list[str]:
     if len(groups) < 2:
         return []
     lines = ["## by workload", ""]
-    for kind, rows in groups.items():
+    for workload, rows in groups.items():
         n = max((r.get("prompts", 0) for r in rows), default=0)
-        lines += [f"### {group_name(kind)} ({n} prompt{'s' if n != 1 else ''}, kind `{kind}`)", "",
+        prompts = f"{n} prompt{'s' if n != 1 else ''}"
+        lines += [f"### {group_name(workload)} ({prompts}, workload `{workload}`)", "",
                   markdown_table(rows, GROUP_COLUMNS, drop_empty=True), ""]
     return lines
 
@@ -177,8 +178,8 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
     if any(r.get("edit_by_kind") for r in rows):
         lines += ["## edit tasks passed, by kind", "",
                   "An edit task passes when the reply's code block parses, makes the requested change "
-                  "and passes the problem's tests (bench/edits.py); a whole-file edit (kinds file:*, "
-                  "bench/edits_files.py) when its code parses, makes the change and behaves as the "
+                  "and passes the problem's tests (bench/edits/functions.py); a whole-file edit (file:*, "
+                  "bench/edits/files.py) when its code parses, makes the change and behaves as the "
                   "original module on every call of its check; why each failed: runs[].edit.why.",
                   "", edit_kind_table(rows), ""]
     shaped = (data.get("groups") or {}).get("structured") or [r for r in rows if r.get("structured_n")]
@@ -201,7 +202,7 @@ def _decoding(config: dict) -> str:
 
 
 def edit_kind_table(rows: Sequence[dict]) -> str:
-    """passed/tasks per edit kind (bench/edits.py; file:* kinds: bench/edits_files.py), one row
+    """passed/tasks per edit (bench/edits/functions.py; file:*: bench/edits/files.py), one row
     per method."""
     kinds = sorted({k for r in rows for k in r.get("edit_by_kind") or {}})
     head = "| method | " + " | ".join(kinds) + " |"

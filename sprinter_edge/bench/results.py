@@ -25,7 +25,7 @@ from ..errors import SprinterError
 from ..methods import BASELINE_METHOD
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
-from . import costmodel, edits, edits_files, peers, plot, prompts, report, runner, structured, summary
+from . import costmodel, edits, peers, plot, prompts, report, runner, structured, summary
 from .llama_server import SERVER_METHODS
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
@@ -68,11 +68,12 @@ class BenchConfig:
     chat: int = DEFAULTS["chat"]  # built-in chat prompts
     explain: int = DEFAULTS["explain"]  # built-in explanation prompts (the chat group)
     long: int = DEFAULTS["long"]  # long-context answers: a stdlib module pasted, a question on it
-    edits: int = 0  # edit tasks: the first N of edits.task_order (its first 80: the fixed subset)
-    edit_kinds: Sequence[str] = ()  # only these edit kinds (empty: all)
+    edits: int = 0  # edit tasks: the first N of edits.FUNCTIONS.order (its first 80: the fixed subset)
+    edit_kinds: Sequence[str] = ()  # only these edits (empty: all)
     edit_skip: int = 0  # start after this many tasks of the fixed order (held-out tasks)
-    file_edits: int = 0  # whole-file edit tasks: the first N of edits_files.task_order
-    file_edit_kinds: Sequence[str] = ()  # only these whole-file edit kinds (empty: all)
+    file_edits: int = 0  # whole-file edit tasks: the first N of edits.FILES.order
+    file_edit_kinds: Sequence[str] = ()  # only these whole-file edits (empty: all)
+    edit_split: str | None = None  # both edit workloads: only this side, "tuning" or "report" (None: both)
     structured: int = 0  # structured-output tasks: the first N of structured.structured_prompts
     prompt_file: str | Path | None = None  # extra prompts
     max_tokens: int = DEFAULTS["max_tokens"]
@@ -102,8 +103,8 @@ class BenchPlan:
 
     @property
     def runs(self) -> int:
-        shaped = sum(p.kind == structured.PROMPT_KIND for p in self.prompts)
-        llama_cpp = sum(s.kind in runner.LLAMA_CPP_METHODS for s in self.specs)
+        shaped = sum(p.workload == structured.WORKLOAD for p in self.prompts)
+        llama_cpp = sum(s.base_method in runner.LLAMA_CPP_METHODS for s in self.specs)
         return len(self.prompts) * len(self.specs) - shaped * llama_cpp  # runner._prompt leaves those out
 
 
@@ -132,9 +133,9 @@ def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen += prompts.chat_prompts(config.chat) if config.chat else []
     chosen += prompts.explain_prompts(config.explain) if config.explain else []
     chosen += prompts.long_prompts(config.long) if config.long else []
-    chosen += (edits.edit_prompts(config.edits, config.edit_kinds or edits.KINDS, config.edit_skip)
+    chosen += (edits.FUNCTIONS.prompts(config.edits, config.edit_kinds, config.edit_skip, config.edit_split)
                if config.edits else [])
-    chosen += (edits_files.file_edit_prompts(config.file_edits, config.file_edit_kinds or edits_files.KINDS)
+    chosen += (edits.FILES.prompts(config.file_edits, config.file_edit_kinds, split=config.edit_split)
                if config.file_edits else [])
     chosen += structured.structured_prompts(config.structured) if config.structured else []
     if config.prompt_file:
@@ -243,6 +244,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                    "temperature": config.temperature, "seed": config.seed,
                    **config.settings,
                    "max_tokens": config.max_tokens, "prompts": [p.id for p in bench_plan.prompts],
+                   "edit_split": config.edit_split,
                    "llama_server": {"binary": str(bench_plan.server_binary), "commands": servers}
                    if servers else None,
                    "wall_seconds": round(wall, 1)},
@@ -253,24 +255,25 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
     return BenchOutcome(data, rows, notes, wall)
 
 
-def _checks_in_batches(kind: str) -> bool:
+def _checks_in_batches(method: str) -> bool:
     """The row's method has the target check proposals in multi-token calls (where near-ties
     can part it from `ar`): every exact method but the baseline, the oracle row, the peers."""
-    strategy = STRATEGIES.get(kind)
-    exact_batched = strategy is not None and strategy.exact and kind != BASELINE_METHOD
-    return exact_batched or kind == runner.ORACLE or kind in runner.PEER_METHODS
+    strategy = STRATEGIES.get(method)
+    exact_batched = strategy is not None and strategy.exact and method != BASELINE_METHOD
+    return exact_batched or method == runner.ORACLE or method in runner.PEER_METHODS
 
 
 def run_notes(rows: Sequence[dict]) -> list[str]:
     """What a reader of these rows needs to know to read them right."""
     notes = []
-    if any(r.get("exact_match") is not None and _checks_in_batches(r["kind"]) for r in rows):
+    methods = [summary.base_method_of(r) for r in rows]
+    if any(r.get("exact_match") is not None and _checks_in_batches(summary.base_method_of(r)) for r in rows):
         notes.append(BATCH_NOTE)
-    if any(r["kind"] in runner.LLAMA_CPP_METHODS for r in rows):
+    if any(m in runner.LLAMA_CPP_METHODS for m in methods):
         notes.append(PEER_TIMING_NOTE)
-    if any(r["kind"] in SERVER_METHODS for r in rows):
+    if any(m in SERVER_METHODS for m in methods):
         notes.append(SERVER_NOTE)
-    if any(r.get("structured_n") for r in rows) and any(r["kind"] in runner.LLAMA_CPP_METHODS for r in rows):
+    if any(r.get("structured_n") for r in rows) and any(m in runner.LLAMA_CPP_METHODS for m in methods):
         notes.append(STRUCTURED_PEER_NOTE)
     return notes
 

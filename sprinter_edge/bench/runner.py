@@ -26,7 +26,7 @@ from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
-from . import edits, edits_files, memory, quality, structured
+from . import edits, memory, quality, structured
 from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, server_stats
 from .peers import LlamaCppPeer
 from .prompts import BenchPrompt
@@ -63,8 +63,8 @@ PLAIN_PEER = {**dict.fromkeys(LLAMA_CPP_METHODS, "llama-cpp"),
 class MethodSpec:
     """One row of the report: a decoding method with its settings."""
 
-    label: str
-    kind: str  # one of all_methods()
+    label: str  # the row's name: base_method and its settings ("sprinter@0.5", "auto+prediction")
+    base_method: str  # the method the row runs, one of all_methods() (summary rows: "base_method")
     threshold: float | None = None
     preset: str | None = None  # sprinter: a named operating point, resolved per request (domain)
     verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
@@ -74,25 +74,25 @@ class MethodSpec:
     @property
     def is_reference(self) -> bool:
         """The `ar` row every ratio and agreement column is taken against."""
-        return self.kind == "ar" and not (self.prediction or self.free)
+        return self.base_method == "ar" and not (self.prediction or self.free)
 
     @property
     def engine_method(self) -> str:
-        return Sprinter.name if self.kind == ORACLE else self.kind
+        return Sprinter.name if self.base_method == ORACLE else self.base_method
 
     @property
     def needs_draft(self) -> bool:
         """The row cannot run without a draft model (sd, sprinter, a peer's draft mode, ...)."""
-        if self.kind in SERVER_CONFIGS:
-            return SERVER_CONFIGS[self.kind][1]
-        if self.kind in LLAMA_CPP_METHODS:
-            return self.kind == "llama-cpp-draft"
+        if self.base_method in SERVER_CONFIGS:
+            return SERVER_CONFIGS[self.base_method][1]
+        if self.base_method in LLAMA_CPP_METHODS:
+            return self.base_method == "llama-cpp-draft"
         return get_strategy(self.engine_method).needs_draft
 
     @property
     def uses_verifier(self) -> bool:
         """The row's method scores draft tokens (sprinter, oracle, auto)."""
-        return self.kind in engine_methods() and get_strategy(self.engine_method).needs_verifier
+        return self.base_method in engine_methods() and get_strategy(self.engine_method).needs_verifier
 
 
 def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
@@ -146,7 +146,7 @@ class RunRecord:
 
     method: str
     prompt_id: str
-    prompt_kind: str
+    workload: str  # the prompt's (BenchPrompt.workload; "prompt_kind" in older bench.json files)
     text: str
     tokens: list[int]
     stats: dict
@@ -161,7 +161,7 @@ class RunRecord:
     greedy_agreement: float | None = None
     false_pass: dict | None = None
     humaneval: dict | None = None
-    edit: dict | None = None  # edits.EditCheck: passed, kind, why, failure
+    edit: dict | None = None  # edits.EditCheck: passed, edit, why, failure
     structured: dict | None = None  # structured.StructuredCheck: passed, length, why, accuracy
     _origins: list[Origin] = field(default_factory=list, repr=False)
     _stats: Stats | None = field(default=None, repr=False)
@@ -207,26 +207,26 @@ class Runner:
         self.interrupted = False
 
     # ------------------------------------------------------------------ set-up
-    def _peer(self, kind: str) -> LlamaCppPeer | LlamaServer:
-        if kind in self.peers:
-            return self.peers[kind]
+    def _peer(self, method: str) -> LlamaCppPeer | LlamaServer:
+        if method in self.peers:
+            return self.peers[method]
         cfg = self.config
-        if kind in SERVER_METHODS:
+        if method in SERVER_METHODS:
             if cfg.server_binary is None:
-                raise ValueError(f"{kind} needs a llama-server binary (RunConfig.server_binary)")
-            needs_draft = SERVER_CONFIGS[kind][1]
-            server = LlamaServer(kind, cfg.server_binary, self.target_path,
+                raise ValueError(f"{method} needs a llama-server binary (RunConfig.server_binary)")
+            needs_draft = SERVER_CONFIGS[method][1]
+            server = LlamaServer(method, cfg.server_binary, self.target_path,
                                  draft=self.draft_path if needs_draft else None, n_ctx=cfg.server_ctx,
                                  n_threads=cfg.threads, no_repack=cfg.no_repack)
-            self.peers[kind] = server  # registered first: close() stops it whatever start() does
+            self.peers[method] = server  # registered first: close() stops it whatever start() does
             server.start()
             return server
-        draft = self.draft_path if kind == "llama-cpp-draft" else None
-        self.peers[kind] = LlamaCppPeer(kind, self.target_path, draft=draft,
-                                        lookup=kind == "llama-cpp-lookup", n_ctx=self.peer_ctx,
-                                        n_threads=cfg.threads,
-                                        num_pred_tokens=cfg.draft_len)
-        return self.peers[kind]
+        draft = self.draft_path if method == "llama-cpp-draft" else None
+        self.peers[method] = LlamaCppPeer(method, self.target_path, draft=draft,
+                                          lookup=method == "llama-cpp-lookup", n_ctx=self.peer_ctx,
+                                          n_threads=cfg.threads,
+                                          num_pred_tokens=cfg.draft_len)
+        return self.peers[method]
 
     def server_commands(self) -> dict[str, list[str]]:
         """The command line of every llama-server started, by row."""
@@ -243,7 +243,7 @@ class Runner:
 
     # ------------------------------------------------------------------ one run
     def _verifier(self, spec: MethodSpec, reference: list[int] | None) -> Verifier | None:
-        if spec.kind == "oracle":
+        if spec.base_method == "oracle":
             return Oracle(reference or [])
         if spec.verifier is None:
             return None  # the engine's
@@ -257,7 +257,7 @@ class Runner:
                     prediction: str | None = None, constraint: Constraint | None = None
                     ) -> tuple[list[int], str, Stats, list[Origin]]:
         verifier = self._verifier(spec, reference)
-        threshold = 0.5 if spec.kind == "oracle" else spec.threshold
+        threshold = 0.5 if spec.base_method == "oracle" else spec.threshold
         point = (OperatingPoint(threshold=threshold) if threshold is not None
                  else OperatingPoint(preset=spec.preset) if spec.preset else None)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature, stop=stop,
@@ -276,16 +276,17 @@ class Runner:
         prompt), sent to every row but a `+free` one."""
         memory.reset_peak()
         schema = None if spec.free else schema
-        if spec.kind in SERVER_METHODS:
-            server = self._peer(spec.kind)
+        method = spec.base_method
+        if method in SERVER_METHODS:
+            server = self._peer(method)
             run = server.generate(prompt, max_tokens, stop, self.config.temperature, self.config.seed + seed,
                                   json_schema=schema)
-            return (run.tokens, run.text, None, [], server_stats(spec.kind, run), run.decode_seconds,
+            return (run.tokens, run.text, None, [], server_stats(method, run), run.decode_seconds,
                     run.timed_tokens)
-        if spec.kind in PEER_METHODS:
-            r = self._peer(spec.kind).generate(prompt, max_tokens, stop, self.config.temperature,
-                                               self.config.seed + seed)
-            stats = {"method": spec.kind, "new_tokens": r.new_tokens, "prefill_seconds": r.prefill_seconds,
+        if method in PEER_METHODS:
+            r = self._peer(method).generate(prompt, max_tokens, stop, self.config.temperature,
+                                            self.config.seed + seed)
+            stats = {"method": method, "new_tokens": r.new_tokens, "prefill_seconds": r.prefill_seconds,
                      "decode_seconds": r.decode_seconds, "total_seconds": r.total_seconds,
                      "finish_reason": r.finish_reason,
                      "tokens_per_second": round(r.tokens_per_second, 3)}
@@ -319,22 +320,21 @@ class Runner:
         except KeyboardInterrupt:  # keep the prompts that finished: a partial report
             log.warning("interrupted: reporting the %d runs of the prompts that finished", len(records))
             self.interrupted = True
-        if any(p.kind == "humaneval" for p in prompts):
+        if any(p.workload == "humaneval" for p in prompts):
             by_id = {p.id: p for p in prompts}
             for rec in records:
-                if rec.prompt_kind == "humaneval":
+                if rec.workload == "humaneval":
                     res = quality.check_humaneval(by_id[rec.prompt_id].problem, rec.text,
                                                   self.config.humaneval_timeout)
                     rec.humaneval = dataclasses.asdict(res)
-        tasks = {p.id: p.problem for p in prompts if p.kind in edits.PROMPT_KINDS}
+        tasks = {p.id: p.problem for p in prompts if p.workload in edits.WORKLOADS}
         for rec in (r for r in records if r.prompt_id in tasks):  # checked after every timed run
             task = tasks[rec.prompt_id]
-            checker = edits_files.check_reply if edits_files.is_file_task(task) else edits.check_reply
-            check = checker(task, rec.text, self.config.humaneval_timeout)
+            check = edits.check_reply(task, rec.text, self.config.humaneval_timeout)
             if not check.passed and rec.stats.get("finish_reason") == "length":
                 check.why += " (the reply ran out of --max-tokens)"  # a budget too small for the code
             rec.edit = dataclasses.asdict(check)
-        shaped = {p.id: p.problem for p in prompts if p.kind == structured.PROMPT_KIND}
+        shaped = {p.id: p.problem for p in prompts if p.workload == structured.WORKLOAD}
         for rec in (r for r in records if r.prompt_id in shaped):
             check = structured.check_reply(shaped[rec.prompt_id], rec.text, rec.stats.get("finish_reason"))
             rec.structured = dataclasses.asdict(check)
@@ -348,7 +348,7 @@ class Runner:
         order = [ar_spec] + others[k:] + others[:k]
         schema = structured.schema_of(bp)
         if schema is not None:
-            order = [s for s in order if s.kind not in LLAMA_CPP_METHODS]  # they take no schema here
+            order = [s for s in order if s.base_method not in LLAMA_CPP_METHODS]  # they take no schema here
             # compiled before the rows, untimed: each finds it in the engine's cache, ar first as the rest
             compile_constraint(_constraint(json.dumps(schema)), self.engine.target)
         reference: list[int] | None = None
@@ -357,7 +357,7 @@ class Runner:
             tokens, text, st, origins, sdict, dec_s, timed_tokens = self.run_one(
                 spec, toks, reference, self.config.max_tokens, bp.stop, seed=i,
                 prediction=edits.predicted_output(bp), schema=schema)
-            rec = RunRecord(spec.label, bp.id, bp.kind, text, tokens, sdict,
+            rec = RunRecord(spec.label, bp.id, bp.workload, text, tokens, sdict,
                             len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
                             memory.peak_rss_mib(), _origins=origins, _stats=st)
             if spec.is_reference:

@@ -1,6 +1,6 @@
 """Structured output: replies constrained to a JSON schema, each checked automatically.
 
-Two sorts of task (`BenchPrompt.kind` "structured", the schema and the truth in `problem`):
+Two sorts of task (`BenchPrompt.workload` "structured", the schema and the truth in `problem`):
 
 * extraction: a public top-level function of the running interpreter's standard library,
   its source pasted into the prompt, to be described in FUNCTION_SCHEMA; the truth is read
@@ -28,7 +28,7 @@ from typing import Any
 
 from .prompts import BenchPrompt
 
-PROMPT_KIND = "structured"
+WORKLOAD = "structured"  # the bench's workload (`BenchPrompt.workload`)
 # modules whose small public functions make the extraction tasks, in the order they are taken
 MODULES = ("textwrap", "shlex", "fnmatch", "bisect", "heapq", "colorsys", "posixpath", "glob",
            "calendar", "statistics", "base64", "html", "json", "string", "keyword", "quopri",
@@ -223,10 +223,10 @@ def structured_prompts(n: int | None = None) -> list[BenchPrompt]:
     SCHEMA_EVERY-th place."""
     schema_text = json.dumps(FUNCTION_SCHEMA)
     functions = [BenchPrompt(f"structured/{m}.{f}", FUNCTION_INSTRUCTION.format(
-        module=m, schema=schema_text, source=src), PROMPT_KIND,
+        module=m, schema=schema_text, source=src), WORKLOAD,
         {"schema": FUNCTION_SCHEMA, "truth": truth}) for m, f, src, truth in function_tasks()]
     others = [BenchPrompt(f"structured/{name}", f"{request}\n\nReply with one JSON value that follows "
-                          f"this JSON schema, and nothing else:\n\n{json.dumps(schema)}", PROMPT_KIND,
+                          f"this JSON schema, and nothing else:\n\n{json.dumps(schema)}", WORKLOAD,
                           {"schema": schema, "truth": None}) for name, request, schema in SCHEMA_TASKS]
     out: list[BenchPrompt] = []
     while functions or others:
@@ -237,7 +237,7 @@ def structured_prompts(n: int | None = None) -> list[BenchPrompt]:
 
 def schema_of(prompt: BenchPrompt) -> dict[str, Any] | None:
     """The JSON schema a structured prompt's reply must follow; None for other workloads."""
-    return prompt.problem["schema"] if prompt.kind == PROMPT_KIND else None
+    return prompt.problem["schema"] if prompt.workload == WORKLOAD else None
 
 
 # ---------------------------------------------------------------------- the check

@@ -1,5 +1,9 @@
 """One row per method: speed, work, time split, memory and quality over all prompts, and the
-same per workload (`summarize_groups`: one set of rows per prompt kind)."""
+same per workload (`summarize_groups`: one set of rows per workload).
+
+A row's "method" is its label (`MethodSpec.label`: "sprinter@0.5", "ar+free"), its
+"base_method" the method it ran (`MethodSpec.base_method`); older bench.json files name that
+"kind", and a run's "workload" "prompt_kind": read them with `base_method_of` and `workload_of`."""
 
 from __future__ import annotations
 
@@ -9,19 +13,30 @@ from dataclasses import dataclass
 from ..decoding import Stats
 from . import quality
 from .costmodel import CostModel
+from .edits.tasks import check_edit_name
 from .intervals import paired_difference, wilson
 from .llama_server import SERVER_METHODS
 from .runner import PLAIN_PEER, MethodSpec, RunRecord
 
-# the workloads' names in the report and the plot (another kind shows as itself)
+# the workloads' names in the report and the plot (another workload shows as itself)
 GROUP_NAMES = {"humaneval": "fresh code (HumanEval)", "edit": "edits", "file_edit": "whole-file edits",
                "chat": "chat and explanations", "long": "long-context answers",
                "structured": "structured output (JSON schema)"}
 GROUP_ORDER = ("humaneval", "edit", "file_edit", "structured", "chat", "long")
 
 
-def group_name(kind: str) -> str:
-    return GROUP_NAMES.get(kind, kind)
+def group_name(workload: str) -> str:
+    return GROUP_NAMES.get(workload, workload)
+
+
+def base_method_of(row: dict) -> str:
+    """The method a summary row ran: its "base_method" ("kind" in older bench.json files)."""
+    return row["base_method"] if "base_method" in row else row["kind"]
+
+
+def workload_of(run: dict) -> str:
+    """A bench.json run's workload: its "workload" ("prompt_kind" in older files)."""
+    return run["workload"] if "workload" in run else run["prompt_kind"]
 
 
 @dataclass(frozen=True)
@@ -29,17 +44,17 @@ class TaskCheck:
     """A per-run pass/fail check (a RunRecord field holding a dict with "passed") and the row
     keys its pass rate goes under: `rate`, `n`, and {prefix}_passed, {prefix}_ci (95% Wilson),
     {prefix}_diff_vs_ar with {prefix}_diff_ci (paired with ar over the same prompts).
-    `prompt_kinds`: only the runs of these workloads (empty: any)."""
+    `workloads`: only the runs of these workloads (empty: any)."""
 
     field: str
     rate: str
     n: str
     prefix: str
-    prompt_kinds: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
 
     def result(self, rec: RunRecord) -> dict | None:
         """The run's check, None when it has none (or is of another workload)."""
-        if self.prompt_kinds and rec.prompt_kind not in self.prompt_kinds:
+        if self.workloads and rec.workload not in self.workloads:
             return None
         return getattr(rec, self.field)
 
@@ -71,7 +86,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         dec = sum(r.decode_seconds for r in recs)
         timed = sum(r.tokens_per_second * r.decode_seconds for r in recs)
         new = sum(r.new_tokens for r in recs)
-        row: dict = {"method": spec.label, "kind": spec.kind, "threshold": spec.threshold,
+        row: dict = {"method": spec.label, "base_method": spec.base_method, "threshold": spec.threshold,
                      "preset": spec.preset,
                      "prompts": len(recs), "new_tokens": new,
                      "tokens_per_second": timed / dec if dec > 0 else 0.0,
@@ -82,7 +97,7 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
             row["ttft_seconds"] = sum(s.get("prefill_seconds", 0.0) for s in peer_stats) / len(peer_stats)
         # end to end: request to last token, the prompt read included (every row's stats carry it)
         row["e2e_seconds"] = _mean([r.stats.get("total_seconds") for r in recs if r.stats])
-        if spec.kind in SERVER_METHODS and peer_stats:
+        if spec.base_method in SERVER_METHODS and peer_stats:
             calls = sum(s.get("target_calls", 0) for s in peer_stats)
             drafted = sum(s.get("draft_n", 0) for s in peer_stats)
             accepted = sum(s.get("draft_n_accepted", 0) for s in peer_stats)
@@ -113,10 +128,10 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         if shaped:
             row.update(_structured(shaped))
         edits = [r.edit for r in recs if r.edit is not None]
-        if edits:  # [passed, tasks] per edit kind
-            row["edit_by_kind"] = {k: [sum(e["passed"] for e in edits if e["kind"] == k),
-                                       sum(e["kind"] == k for e in edits)]
-                                   for k in sorted({e["kind"] for e in edits})}
+        if edits:  # [passed, tasks] per edit (old results name it "kind")
+            names = [check_edit_name(e) for e in edits]
+            row["edit_by_kind"] = {k: [sum(e["passed"] for e, n in zip(edits, names, strict=True) if n == k),
+                                       names.count(k)] for k in sorted(set(names))}
         row.update(
             rouge_l=_mean([r.rouge_l for r in recs]),
             exact_match=_mean([float(r.exact_match) for r in recs if r.exact_match is not None]),
@@ -131,11 +146,11 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
     for check in TASK_CHECKS:
         _pass_intervals(rows, records, check)
     ar = next((r for r in rows if r["method"] == "ar"), None)  # not ar+free nor ar+prediction
-    by_kind = {r["kind"]: r for r in rows if r["method"] == r["kind"]}
+    plain_rows = {base_method_of(r): r for r in rows if r["method"] == base_method_of(r)}
     for r in rows:
         r["ratio_vs_ar"] = r["tokens_per_second"] / ar["tokens_per_second"] \
             if ar and ar["tokens_per_second"] else None
-        plain = by_kind.get(PLAIN_PEER.get(r["kind"], ""))
+        plain = plain_rows.get(PLAIN_PEER.get(base_method_of(r), ""))
         r["ratio_vs_plain"] = r["tokens_per_second"] / plain["tokens_per_second"] \
             if plain and plain["tokens_per_second"] else None
     return rows
@@ -143,10 +158,10 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
 
 def summarize_groups(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
                      cost: CostModel | None = None) -> dict[str, list[dict]]:
-    """`summarize` per workload (prompt kind), the known ones first in GROUP_ORDER."""
-    kinds = sorted({r.prompt_kind for r in records},
-                   key=lambda k: (GROUP_ORDER.index(k) if k in GROUP_ORDER else len(GROUP_ORDER), k))
-    return {k: summarize([r for r in records if r.prompt_kind == k], specs, cost) for k in kinds}
+    """`summarize` per workload, the known ones first in GROUP_ORDER."""
+    workloads = sorted({r.workload for r in records},
+                       key=lambda w: (GROUP_ORDER.index(w) if w in GROUP_ORDER else len(GROUP_ORDER), w))
+    return {w: summarize([r for r in records if r.workload == w], specs, cost) for w in workloads}
 
 
 def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskCheck) -> None:
@@ -203,7 +218,7 @@ def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:
     rej = sum(f["rejected"] for f in fps)
     eta = fp / (fp + rej) if fp + rej else 0.0
     tot = quality.tv_totals(fps)
-    drift = tot["tv_drift"] if tot["greedy"] or spec.kind != "oracle" else None
+    drift = tot["tv_drift"] if tot["greedy"] or spec.base_method != "oracle" else None
     p_diff = tot["p_argmax_differs"]
     return {"eta_fp": eta, "false_passes": fp, "scored_tokens": tot["tokens"], "tv_drift": drift,
             "fp_mass": tot["fp_mass"],

@@ -27,7 +27,7 @@ class Mirror:
 
 # llama.cpp type names -> (llama_ftype of a whole file, ggml_type of one tensor), the integer
 # constants of llama.h / ggml.h (LLAMA_FTYPE_MOSTLY_<name>, GGML_TYPE_<name>; checked against
-# llama_cpp's in the tests). None: not that kind of type (Q4_K_M is a mix of tensor types for
+# llama_cpp's in the tests). None: not that sort of type (Q4_K_M is a mix of tensor types for
 # a file, Q4_K one tensor type). Types that need an importance matrix (IQ*) are left out.
 QUANT_TYPES: dict[str, tuple[int | None, int | None]] = {
     "F32": (0, 0),

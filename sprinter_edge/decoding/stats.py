@@ -191,7 +191,9 @@ class PointUsed:
     """SPRINTER's operating point for this request."""
 
     verifier: str | None = None
-    domain: str | None = None  # code | chat: the presets are calibrated per domain
+    # code | chat (prompting.prompt_domain): the presets are calibrated per domain; not
+    # Stats.kind, what auto learns per (an edit request is in the code domain)
+    domain: str | None = None
     threshold: float | None = None
 
 

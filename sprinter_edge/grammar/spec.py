@@ -49,8 +49,9 @@ from ..errors import GrammarError
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["json_schema", "json_object", "regex", "lark", "gbnf"]
-KINDS: tuple[str, ...] = ("json_schema", "json_object", "regex", "lark", "gbnf")
+# a constraint's type: response_format's "type" names the first two (OpenAI's "text" is no constraint)
+ConstraintType = Literal["json_schema", "json_object", "regex", "lark", "gbnf"]
+TYPES: tuple[str, ...] = ("json_schema", "json_object", "regex", "lark", "gbnf")
 
 # one space, or one or two newlines and an indent (see the module docstring)
 JSON_WHITESPACE = r"(?:\x20|\r?\n(?:\r?\n)?[\x20\t]{0,40})"
@@ -89,15 +90,15 @@ class Constraint:
     regex, or the grammar text (lark, gbnf); empty for json_object. `strict`: JSON schema
     keywords llguidance does not implement are an error; with False they are ignored."""
 
-    kind: Kind
+    type: ConstraintType
     source: str = ""
     strict: bool = True
     name: str | None = None  # response_format's schema name / "tool_call": messages only
     _grammar: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise GrammarError(f"unknown constraint kind {self.kind!r} (one of {', '.join(KINDS)})")
+        if self.type not in TYPES:
+            raise GrammarError(f"unknown constraint type {self.type!r} (one of {', '.join(TYPES)})")
         grammar = self._build()
         check_grammar(grammar, None, self.describe())
         object.__setattr__(self, "_grammar", grammar)
@@ -159,13 +160,13 @@ class Constraint:
             return None
         if not isinstance(obj, Mapping):
             raise GrammarError("response_format must be an object")
-        kind = obj.get("type")
-        if kind == "text":
+        type_ = obj.get("type")
+        if type_ == "text":
             return None
-        if kind == "json_object":
+        if type_ == "json_object":
             schema = obj.get("schema")
             return cls.json_object() if schema is None else cls.json_schema(schema)
-        if kind == "json_schema":
+        if type_ == "json_schema":
             spec = obj.get("json_schema")
             if not isinstance(spec, Mapping):
                 raise GrammarError('response_format of type "json_schema" needs a "json_schema" '
@@ -176,7 +177,7 @@ class Constraint:
             if schema is None:  # OpenAI: the schema is optional; no schema, any JSON object
                 return cls("json_object", strict=strict, name=name)
             return cls.json_schema(schema, strict=strict, name=name)
-        raise GrammarError(f"unsupported response_format type {kind!r} "
+        raise GrammarError(f"unsupported response_format type {type_!r} "
                            "(text, json_object or json_schema)")
 
     @classmethod
@@ -224,13 +225,13 @@ class Constraint:
     # ------------------------------------------------------------------ the grammar
     def describe(self) -> str:
         what = {"json_schema": "JSON schema", "json_object": "JSON object constraint",
-                "regex": "regex", "lark": "Lark grammar", "gbnf": "GBNF grammar"}[self.kind]
+                "regex": "regex", "lark": "Lark grammar", "gbnf": "GBNF grammar"}[self.type]
         return f"{what} {self.name!r}" if self.name else what
 
     @property
     def schema(self) -> Any:
-        """The JSON schema (json_schema) as an object; None for the other kinds."""
-        return json.loads(self.source) if self.kind == "json_schema" else None
+        """The JSON schema (json_schema) as an object; None for the other types."""
+        return json.loads(self.source) if self.type == "json_schema" else None
 
     def llguidance_grammar(self) -> str:
         """The grammar as llguidance's LLMatcher takes it."""
@@ -239,15 +240,15 @@ class Constraint:
     def _build(self) -> str:
         M = llguidance.LLMatcher
         try:
-            if self.kind == "json_object":
+            if self.type == "json_object":
                 return M.grammar_from_json_schema({"type": "object"}, defaults=JSON_DEFAULTS)
-            if self.kind == "json_schema":
+            if self.type == "json_schema":
                 overrides = None if self.strict else {"lenient": True}
                 return M.grammar_from_json_schema(self.source, defaults=_json_defaults(self.schema),
                                                   overrides=overrides)
-            if self.kind == "regex":
+            if self.type == "regex":
                 return M.grammar_from_regex(self.source)
-            if self.kind == "lark":
+            if self.type == "lark":
                 return M.grammar_from_lark(self.source)
             try:
                 lark = gbnf_to_lark(self.source)

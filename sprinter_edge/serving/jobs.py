@@ -111,11 +111,11 @@ async def wait_started(job: Job) -> None:
     """Wait until the worker has accepted the job; a refusal is a 400 (a bad request) or a
     500 (anything else)."""
     try:
-        kind, value = await job.events.get()
+        event, value = await job.events.get()
     except BaseException:
         job.cancel()
         raise
-    if kind == "error":
+    if event == "error":
         status = 400 if isinstance(value, (SprinterError, ValueError)) else 500
         code = "context_length_exceeded" if isinstance(value, ContextOverflowError) else None
         raise ApiError(status, str(value), type_="invalid_request_error" if status == 400
@@ -126,10 +126,10 @@ async def collect(job: Job) -> GenerationResult:
     """The started job's result."""
     try:
         while True:
-            kind, value = await job.events.get()
-            if kind == "done":
+            event, value = await job.events.get()
+            if event == "done":
                 return value
-            if kind == "error":
+            if event == "error":
                 raise generation_failed(value)
     finally:
         job.cancel()
@@ -159,19 +159,19 @@ async def job_events(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
         if opening is not None:
             yield chunk_event(base, [opening])
         while True:
-            kind, value = await job.events.get()
+            event, value = await job.events.get()
             try:
-                if kind == "chunk":
+                if event == "chunk":
                     for choice in shaper.on_chunk(value):
                         yield chunk_event(base, [choice])
-                elif kind == "done":
-                    for event in final_events(base, shaper.on_done(value), value,
-                                              include_usage=include_usage):
-                        yield event
+                elif event == "done":
+                    for sse in final_events(base, shaper.on_done(value), value,
+                                            include_usage=include_usage):
+                        yield sse
                     break
             except ToolCallError as exc:
-                kind, value = "error", exc
-            if kind == "error":
+                event, value = "error", exc
+            if event == "error":
                 yield stream_error_event(value)
                 break
         yield DONE

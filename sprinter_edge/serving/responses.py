@@ -251,8 +251,8 @@ class ChatChunks:
     def _deltas(self, events: list[tuple[str, Any]]) -> list[Choice]:
         assert self.tools is not None
         out = []
-        for kind, value in events:
-            if kind == "content":
+        for event, value in events:
+            if event == "content":
                 out.append(self._choice({"content": value}))
             else:
                 index = self.tools.calls.index(value)

@@ -42,9 +42,9 @@ class Job:
     def cancel(self) -> None:
         self.cancelled.set()
 
-    def emit(self, kind: str, value: Any = None) -> None:
+    def emit(self, event: str, value: Any = None) -> None:
         with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
-            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (event, value))
 
 
 @dataclass

@@ -80,7 +80,7 @@ def load_corpus(path: str | Path | None = None) -> Corpus:
     return Corpus(p.stem, tuple(_parse(p.read_text("utf-8").splitlines(), str(p))))
 
 
-# Categories by the kind of text a reply is: code (and text about code) or prose.
+# Categories by the sort of text a reply is: code (and text about code) or prose.
 CODE_CATEGORIES = ("code_write", "code_fix", "code_explain")
 _LANGUAGE_WORDS = frozenset((
     "python", "go", "golang", "rust", "javascript", "js", "typescript", "ts", "java", "kotlin", "c",

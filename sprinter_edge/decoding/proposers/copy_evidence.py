@@ -19,13 +19,17 @@ ANCHOR_PRIOR = 0.7
 ANCHOR = len(COPY_BUCKETS)  # the anchored proposals' slot
 
 
-def bucket_of(match: int) -> int:
-    """The copy evidence's bucket for a match of `match` tokens."""
+def bucket_of(match: int, buckets: tuple[int, ...] = COPY_BUCKETS) -> int:
+    """The copy evidence's bucket for a match of `match` tokens (`buckets`: where each starts)."""
     b = 0
-    for i, lo in enumerate(COPY_BUCKETS):
+    for i, lo in enumerate(buckets):
         if match >= lo:
             b = i
     return b
+
+
+def _rates(prior: tuple[float, ...], anchor_prior: float) -> list[Rate]:
+    return [Rate(p, COPY_PRIOR_WEIGHT, COPY_MEMORY) for p in (*prior, anchor_prior)]
 
 
 @dataclass
@@ -38,10 +42,28 @@ class CopyEvidence:
     word kept in prose but renamed in code another. A proposal stops before it; the target
     writes that token itself, and copying it there counts for it."""
 
-    rates: list[Rate] = field(default_factory=lambda: [
-        Rate(p, COPY_PRIOR_WEIGHT, COPY_MEMORY) for p in (*COPY_PRIOR, ANCHOR_PRIOR)])
+    rates: list[Rate] = field(default_factory=lambda: _rates(COPY_PRIOR, ANCHOR_PRIOR))
     copied: Counter[int] = field(default_factory=Counter)
     refused: Counter[int] = field(default_factory=Counter)
+    buckets: tuple[int, ...] = COPY_BUCKETS  # the match length each bucket of `rates` starts at
+
+    @classmethod
+    def with_priors(cls, buckets: tuple[int, ...] = COPY_BUCKETS, prior: tuple[float, ...] = COPY_PRIOR,
+                    anchor_prior: float = ANCHOR_PRIOR) -> CopyEvidence:
+        """Evidence over other match-length buckets or priors (a policy tried in a replay:
+        tools/replay.py); `prior[i]` is bucket i's, `anchor_prior` the anchored slot's."""
+        if len(prior) != len(buckets) or list(buckets) != sorted(buckets) or buckets[0] < 1:
+            raise ValueError(f"one prior per bucket, buckets ascending from 1 or more: {buckets}, {prior}")
+        return cls(_rates(tuple(prior), anchor_prior), buckets=tuple(buckets))
+
+    def bucket(self, match: int) -> int:
+        """This evidence's bucket for a match of `match` tokens."""
+        return bucket_of(match, self.buckets)
+
+    @property
+    def anchor_slot(self) -> int:
+        """The anchored proposals' slot (ANCHOR with the shipped buckets)."""
+        return len(self.buckets)
 
     def rate(self, b: int) -> float:
         return self.rates[b].value

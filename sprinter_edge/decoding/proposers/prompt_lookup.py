@@ -36,7 +36,7 @@ import numpy as np
 
 from ...costs.pricing import best_length, best_staged_length
 from .base import Proposal, Proposer
-from .copy_evidence import ANCHOR, CopyEvidence, bucket_of
+from .copy_evidence import CopyEvidence
 from .edit_memory import EditMemory
 
 if TYPE_CHECKING:
@@ -52,19 +52,22 @@ SEPARATOR = -1  # between a predicted output and the sequence in the index: no t
 
 
 class SuffixIndex:
-    """Where each n-gram of the sequence occurred (n = MIN_MATCH), grown as tokens commit.
+    """Where each n-gram of the sequence occurred (n = `min_match`), grown as tokens commit.
 
     A `source` (the client's predicted output) is indexed before the sequence, behind a
-    separator no match crosses, and is the first place a match is looked for."""
+    separator no match crosses, and is the first place a match is looked for. `min_match` and
+    `max_match`: the shortest suffix looked up and the longest compared."""
 
-    def __init__(self, source: Sequence[int] = ()) -> None:
+    def __init__(self, source: Sequence[int] = (), *, min_match: int = MIN_MATCH,
+                 max_match: int = MAX_MATCH) -> None:
+        self.min_match, self.max_match = min_match, max_match
         self.seq: list[int] = [*source, SEPARATOR] if source else []
         self.offset = len(self.seq)  # where the committed sequence starts in `seq`
         self.where: dict[tuple[int, ...], list[int]] = {}
         self._index(0)
 
     def _index(self, start: int) -> None:
-        s, n = self.seq, MIN_MATCH
+        s, n = self.seq, self.min_match
         for end in range(max(n, start), len(s) + 1):
             self.where.setdefault(tuple(s[end - n:end]), []).append(end)
 
@@ -82,10 +85,10 @@ class SuffixIndex:
         """(length, end) of the longest earlier match of the sequence's suffix; (0, 0) if none.
         `end` is where the match ends: what followed it starts there. The source's occurrences
         are compared first (they win a tie), then the most recent CANDIDATES of the rest."""
-        s = self.seq
-        if len(s) - self.offset <= MIN_MATCH:
+        s, shortest, longest = self.seq, self.min_match, self.max_match
+        if len(s) - self.offset <= shortest:
             return 0, 0
-        ends = self.where.get(tuple(s[-MIN_MATCH:]))
+        ends = self.where.get(tuple(s[-shortest:]))
         if not ends:
             return 0, 0
         source = [e for e in ends[:CANDIDATES] if e < self.offset]
@@ -93,26 +96,27 @@ class SuffixIndex:
         for end in [*source, *reversed(ends[-CANDIDATES - 1:])]:
             if end >= len(s):  # the suffix itself
                 continue
-            m = MIN_MATCH
-            while m < MAX_MATCH and end - m - 1 >= 0 and s[end - m - 1] == s[len(s) - m - 1]:
+            m = shortest
+            while m < longest and end - m - 1 >= 0 and s[end - m - 1] == s[len(s) - m - 1]:
                 m += 1
             if m > best_len:
                 best_len, best_end = m, end
-                if m >= MAX_MATCH:
+                if m >= longest:
                     break
         return best_len, best_end
 
-    def anchor(self, source: int, window: int | None = None) -> int:
+    def anchor(self, source: int, window: int | None = None, tail: Sequence[int] = ()) -> int:
         """Where a copy that stood at `source` resumes: just past the first occurrence of the
         sequence's last token (preferring its last two) in the `window` tokens from `source`;
-        0 if none."""
+        0 if none. `tail`: tokens after the sequence (not committed) whose end is looked up."""
         s = self.seq
+        last = [*s[-2:], *tail][-2:]
         best, best_len = 0, 0
         window = ANCHOR_WINDOW if window is None else window
         for j in range(source, min(source + window, len(s) - 2)):
-            if s[j] != s[-1]:
+            if s[j] != last[-1]:
                 continue
-            agree = 2 if j > 0 and s[j - 1] == s[-2] else 1
+            agree = 2 if j > 0 and s[j - 1] == last[-2] else 1
             if agree > best_len:
                 best, best_len = j + 1, agree
                 if agree == 2:
@@ -122,18 +126,25 @@ class SuffixIndex:
 
 class PromptLookup(Proposer):
     """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs).
-    `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py)."""
+    `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py).
+    `anchor`: re-anchor after a departure, within `anchor_window` source tokens. `min_match`,
+    `max_match`, `spec_factor`: the shortest suffix looked up, the longest compared, the most
+    tokens proposed per matched token. The shipped policy is the defaults; the others are
+    tried by replaying recorded replies (tools/replay.py)."""
 
     name = "lookup"
 
     def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
-                 anchor: bool = True, learn_edits: bool = True):
+                 anchor: bool = True, learn_edits: bool = True, anchor_window: int = ANCHOR_WINDOW,
+                 min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
         self.learn_edits = learn_edits
+        self.anchor_window = anchor_window
+        self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
-        self.index = SuffixIndex()
+        self.index = SuffixIndex(min_match=min_match, max_match=max_match)
         self.memory = EditMemory()
         self._bucket = self._span = self._cut = self._end = self._round_start = 0
         self._was_staged = False  # the last proposal went through the draft first
@@ -145,7 +156,7 @@ class PromptLookup(Proposer):
         self._by: list[int] = []  # the substitution that wrote each proposed token (-1: none)
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
-        self.index = SuffixIndex(ctx.prediction)
+        self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
         self.index.extend(prompt)
         self.memory = EditMemory()
         self._source, self._depart, self._held = None, None, False
@@ -158,13 +169,13 @@ class PromptLookup(Proposer):
             if s[self._source] == seq[-1]:  # the target's own token after the copy continued it
                 self.evidence.copied[seq[-1]] += 1
                 self._run += 1  # a copy that has held this long is as safe as a match as long
-                return self._source + 1, MAX_MATCH, bucket_of(self._run)
+                return self._source + 1, self.max_match, self.evidence.bucket(self._run)
             self._depart = (self._source, len(seq) - 1)
         match, end = self.index.match()
-        b, aligned = bucket_of(match), match
+        b, aligned = self.evidence.bucket(match), match
         if not match and self.anchor and self._source is not None:
-            end, b = self.index.anchor(self._source), ANCHOR
-            match = MIN_MATCH if end else 0  # an anchor is worth a short match's span
+            end, b = self.index.anchor(self._source, self.anchor_window), self.evidence.anchor_slot
+            match = self.min_match if end else 0  # an anchor is worth a short match's span
             aligned = 1
         if not match:
             return None
@@ -187,10 +198,10 @@ class PromptLookup(Proposer):
         self._was_staged = False
         found = self._start(seq)
         if found is None:
-            return Proposal()
+            return self._no_copy(ctx, seq)
         end, match, b = found
         s = self.index.seq
-        stop = min(len(s), end + min(MAX_PROPOSAL, SPEC_FACTOR * match, max(ctx.remaining - 1, 0)))
+        stop = min(len(s), end + min(MAX_PROPOSAL, self.spec_factor * match, max(ctx.remaining - 1, 0)))
         if SEPARATOR in s[end:stop]:  # a copy from the predicted output ends where it ends
             stop = s.index(SEPARATOR, end)
         if stop <= end:
@@ -218,6 +229,10 @@ class PromptLookup(Proposer):
             return Proposal()
         tokens = list(tokens[:k])
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
+
+    def _no_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        """The proposal where no copy continues the reply (splice.py writes one): a plain step."""
+        return Proposal()
 
     def _staged(self, ctx: DecodeContext, seq: list[int], follow: list[int]) -> Proposal:
         """The draft reads the span in one decode; keep what it agrees with, plus its own

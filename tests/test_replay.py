@@ -1,0 +1,77 @@
+"""tools/replay.py without a model: the decode loop against a recorded reply, the variants, the split."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from sprinter_edge.bench.edits import FUNCTIONS
+from sprinter_edge.costs import Evidence
+from sprinter_edge.costs.table import CostTable
+from sprinter_edge.decoding.proposers.copy_evidence import ANCHOR, CopyEvidence
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+
+
+@pytest.fixture(scope="module")
+def replay():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("replay_tool", TOOLS / "replay.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["replay_tool"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+TABLE = CostTable(last={1: 10.0, 64: 80.0}, full={1: 10.0, 64: 80.0})
+PROMPT = list(range(100, 160))  # 60 distinct tokens
+REPLY = [*range(100, 130), 7, 8, *range(132, 160)]  # the prompt copied, two tokens edited
+
+
+def test_replay_commits_the_recorded_reply_and_counts_the_copies(replay) -> None:  # type: ignore[no-untyped-def]
+    evidence = Evidence()
+    done = replay.replay(replay.proposer_of("shipped", evidence), TABLE, evidence, PROMPT, REPLY,
+                         lambda t: False)
+    c = done.stats.counters
+    assert c.new_tokens == len(REPLY) and c.target_calls == len(done.rounds)
+    assert 0 < c.copied_accepted < c.copied_tokens  # copies held, and the edit refused one
+    assert c.copied_accepted == sum(min(r.accepted, len(r.proposal)) for r in done.rounds)
+    assert done.plain == sum(not r.proposal.tokens for r in done.rounds) > 0  # the reply's first tokens
+    assert done.ms == pytest.approx(sum(TABLE.all_rows(len(r.proposal) + 1) for r in done.rounds))
+
+
+def test_every_variant_is_parameters_and_shipped_is_the_loops_proposer(replay) -> None:  # type: ignore[no-untyped-def]
+    from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+
+    shipped = replay.proposer_of("shipped", Evidence())
+    plain = PromptLookup()
+    for name in ("anchor", "learn_edits", "anchor_window", "min_match", "max_match", "spec_factor"):
+        assert getattr(shipped, name) == getattr(plain, name), name
+    assert shipped.evidence.rates == CopyEvidence().rates and shipped.evidence.anchor_slot == ANCHOR
+    for name in replay.VARIANTS:
+        evidence = Evidence()
+        proposer = replay.proposer_of(name, evidence)
+        done = replay.replay(proposer, TABLE, evidence, PROMPT, REPLY, lambda t: False)
+        assert done.stats.counters.new_tokens == len(REPLY), name
+    wide = replay.proposer_of("min-match-1", Evidence())
+    assert wide.index.min_match == 1 and wide.evidence.anchor_slot == 7
+
+
+def test_split_keeps_one_side(replay) -> None:  # type: ignore[no-untyped-def]
+    tuning = FUNCTIONS.select(4, split="tuning")
+    report = FUNCTIONS.select(4, split="report")
+    assert all(replay.in_split(FUNCTIONS, t.id, "tuning") for t in tuning)
+    assert not any(replay.in_split(FUNCTIONS, t.id, "tuning") for t in report)
+    assert all(replay.in_split(FUNCTIONS, t.id, None) for t in tuning + report)
+    assert replay.parser().parse_args(["tasks", "x.json"]).split == "tuning"
+
+
+def test_every_flag_has_help(replay) -> None:  # type: ignore[no-untyped-def]
+    ap = replay.parser()
+    subs = next(a for a in ap._actions if a.choices and "tasks" in a.choices).choices
+    for sub in subs.values():
+        for action in sub._actions:
+            assert action.help, (sub.prog, action.dest)
