@@ -167,3 +167,38 @@ def test_copy_guard_never_keeps_a_copied_token(fixture_engine: Engine) -> None:
             assert not (match and end < len(index.seq) and index.seq[end] == token), i
     plain = engine.generate(prompt, SamplingParams(max_tokens=48), method="sprinter", verifier=NeverFlag())
     assert plain.stats.counters.kept > kept  # without the guard the copies are kept unchecked
+
+
+EDIT = ("Add a type hint to every parameter (int) and every return (int) in this code; return the "
+        "whole code in one python block:\n```python\ndef add(a, b):\n    return a + b\n\n\n"
+        "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```")
+
+
+def test_greedy_splice_writes_departures_and_is_identical_to_ar(fixture_engine: Engine) -> None:
+    """Where calls cost the same whatever their size and a draft step a fifth of a target's, the
+    draft writes where the reply departs from the copy; the output stays the target's."""
+    engine = fixture_engine
+    engine.set_planner(Planner.of(flat(10.0), flat(2.0)))
+    params = SamplingParams(max_tokens=64)
+    writes = 0
+    for prompt in (EDIT, COPY, *PROMPTS[:3]):
+        ar = engine.generate(prompt, params, method="ar")
+        got = engine.generate(prompt, params, method="splice")
+        assert got.token_ids == ar.token_ids, prompt
+        assert got.stats.exact
+        writes += got.stats.counters.writes
+    engine.set_planner(None)
+    assert writes > 0  # the draft wrote into proposals
+
+
+def test_splice_declines_to_write_where_rows_cost_more_than_they_save(fixture_engine: Engine) -> None:
+    """Compute-bound batches (each added row costs most of a step) and a draft half the
+    target's price: writing is predicted dearer than plain steps, so splice runs as lookup."""
+    costly = CostTable(last={n: 10.0 * n for n in range(1, 33)}, full={n: 10.0 * n for n in range(1, 33)})
+    draft = CostTable(last={n: 5.0 * n for n in range(1, 33)}, full={n: 5.0 * n for n in range(1, 33)})
+    fixture_engine.set_planner(Planner.of(costly, draft))
+    try:
+        got = fixture_engine.generate(EDIT, SamplingParams(max_tokens=64), method="splice")
+    finally:
+        fixture_engine.set_planner(None)
+    assert got.stats.counters.writes == 0 and got.stats.counters.draft_tokens == 0

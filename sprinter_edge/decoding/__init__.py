@@ -15,6 +15,7 @@ from .registry import STRATEGIES, all_settings
 from .sampling import Sampler, SamplingParams
 from .sd import Speculative
 from .settings import Setting
+from .splice import Splice
 from .sprinter import Sprinter
 from .staged import Staged
 from .stats import Counters, Origin, PlanTrace, PointUsed, Stats, Timings
@@ -24,7 +25,8 @@ from .stream import Chunk, Generation, GenerationResult
 # The registry: a new method is its file and a line here. The order is the order `auto`
 # prices candidates in (ties go to the first).
 STRATEGIES.update({
-    cls.name: cls for cls in (Autoregressive, Lookup, Staged, Speculative, Sprinter, Guarded, DraftOnly)
+    cls.name: cls
+    for cls in (Autoregressive, Lookup, Staged, Splice, Speculative, Sprinter, Guarded, DraftOnly)
 })
 
 __all__ = [

@@ -53,6 +53,10 @@ class ProposalCounts(Protocol):
     grammar: int  # the grammar's fast-forward tokens
     ended_by: str | None  # what ended an untested run (SPRINTER: flag | cap | eog)
     bumps: tuple[str, ...]  # counters of the proposing method's own to add one to
+    forced: int
+    trusted: int
+
+    def source_of(self, j: int) -> str: ...  # who proposed token j: grammar | copy | draft
 
 
 @dataclass
@@ -97,7 +101,8 @@ class Counters:
         self.grammar_proposed += proposal.grammar
         self.grammar_accepted += min(accepted, proposal.grammar)
         if proposal.copied:
-            self.copied_accepted += max(0, accepted - proposal.grammar)
+            start = proposal.forced + proposal.trusted
+            self.copied_accepted += sum(proposal.source_of(start + j) == "copy" for j in range(accepted))
         if proposal.ended_by is not None:
             self.run_ends += 1
         self.extra.update(proposal.bumps)

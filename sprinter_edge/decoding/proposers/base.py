@@ -38,6 +38,9 @@ class Proposal:
     copied: int = 0
     ended_by: str | None = None  # what ended an untested run (SPRINTER: flag | cap | eog)
     bumps: tuple[str, ...] = ()  # counters of the proposing method's own to add one to (Counters.extra)
+    # where sources mix (splice: the draft writes, then a copy): (source, tokens) in order,
+    # for the tokens after the forced, trusted and grammar ones; empty: copies, then drafts
+    segments: tuple[tuple[str, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -49,16 +52,27 @@ class Proposal:
             return self
         in_tokens = sum(self.source_of(j) == "copy" for j in range(len(self.tokens)))
         kept = sum(self.source_of(j) == "copy" for j in range(n))
+        segments, left = [], n - self.forced - self.trusted - self.grammar
+        for source, count in self.segments:
+            if left > 0:
+                segments.append((source, min(count, left)))
+            left -= count
         return Proposal(self.tokens[:n], self.q[:n], trusted=min(self.trusted, n), source=self.source,
                         drafted=self.drafted, copied=self.copied - in_tokens + kept,
-                        ended_by=self.ended_by, bumps=self.bumps)
+                        ended_by=self.ended_by, bumps=self.bumps, segments=tuple(segments))
 
     def source_of(self, j: int) -> str:
-        """Who proposed token j: "grammar" (the fast-forward span), "copy" (the `copied` tokens
-        after it) or "draft"."""
+        """Who proposed token j: "grammar" (the fast-forward span), then "copy" (the `copied`
+        tokens after it) or "draft", in the order `segments` gives where it gives one."""
         start = self.forced + self.trusted + self.grammar
         if j < start:
             return "grammar"
+        if self.segments:
+            for source, count in self.segments:
+                if j < start + count:
+                    return source
+                start += count
+            return "draft"
         # `copied` counts what a copy offered (staged: more than it kept); drafted tokens end it
         copies = min(self.copied, len(self.tokens) - start - self.drafted)
         return "copy" if j < start + copies else "draft"
