@@ -30,9 +30,10 @@ def source_with_uses(uses: int, seed: int = 0) -> list[int]:
 
 
 def replay(proposer: PromptLookup, prompt: list[int], reply: list[int],
-           max_new_tokens: int | None = None) -> tuple[int, int, int]:
-    """(tokens proposed, accepted, target calls) when the target writes `reply`."""
-    ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
+           max_new_tokens: int | None = None, model=None) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
+    """(tokens proposed, accepted, target calls) when the target writes `reply` (`model`: whose
+    tokenizer spells renames; None: no respelling)."""
+    ctx = DecodeContext(target=model, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
                         max_new_tokens=max_new_tokens or len(reply) + 1, costs=Costs(TABLE),
                         evidence=Evidence(), kind="edit")
     seq = list(prompt)
@@ -109,3 +110,43 @@ def test_a_token_the_target_never_copies_ends_the_copy() -> None:
     wasted(1, learned)  # one reply that ended at the fence
     assert wasted(2, Evidence()) > 30  # without it, the copy runs past the block
     assert wasted(2, learned) <= 3
+
+
+# a parameter used in four spellings: after a space, after "(", after "[" and after "."
+RESPELL_SOURCE = ("def scale(mode, values):\n    if not mode:\n        return values\n"
+                  "    out = [mode * v for v in values]\n    table[mode] = out\n    log(mode)\n"
+                  "    return self.mode + len(out) + mode\n")
+
+
+def test_a_rename_is_respelled_in_every_tokenization(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """A rename learned at one spelling (` mode`) applies at the others (`(mode`, `[mode`,
+    `.mode`): the tokens that hold the word elsewhere are retokenized with the new word."""
+    model = fixture_engine.target
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, special=False)
+
+    text = tok(RESPELL_SOURCE)
+    assert len({model.detokenize([t]) for t in text if "mode" in model.detokenize([t])}) >= 2
+    memory = EditMemory(model)
+    replaced, written = tok(" mode"), tok(" factor")
+    memory.learn(None, replaced, written)
+    assert memory.respell(text, replaced, written) >= 1  # other spellings were found
+    assert memory.respell(text, replaced, written) == 0  # each rename once
+    copied, _, _ = memory.apply(text, 0, len(text))
+    assert model.detokenize(copied) == RESPELL_SOURCE.replace("mode", "factor")
+    # not a rename of one word: nothing respelled
+    assert EditMemory(model).respell(text, tok(" mode"), tok(" mode + 1")) == 0
+    assert EditMemory(None).respell(text, replaced, written) == 0
+
+
+def test_respelling_raises_acceptance_on_a_rename(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """The copy proposer along a reply that renames `mode` throughout: with the target's
+    tokenizer spelling the rename, the second spelling is proposed, not refused."""
+    model = fixture_engine.target
+    source = model.tokenize(RESPELL_SOURCE, add_special=False, special=False)
+    reply = model.tokenize(RESPELL_SOURCE.replace("mode", "factor"), add_special=False, special=False)
+    prompt = model.tokenize("Rename mode to factor:\n", add_special=False, special=False) + source
+    plain = replay(PromptLookup(), prompt, reply)
+    spelled = replay(PromptLookup(), prompt, reply, model=model)
+    assert spelled[1] / spelled[0] > plain[1] / plain[0], (spelled, plain)

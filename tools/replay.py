@@ -53,6 +53,7 @@ from sprinter_edge.decoding.lookup import COPIES
 from sprinter_edge.decoding.loop import run_loop
 from sprinter_edge.decoding.proposers.base import Proposal, Proposer
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
+from sprinter_edge.decoding.proposers.edit_memory import Tokenizer
 from sprinter_edge.decoding.proposers.prompt_lookup import MIN_MATCH, PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
@@ -161,8 +162,10 @@ class RecordedTarget:
     every logits row it returns picks the recorded reply's token at that position (one-hot).
     Each call is priced from `costs` at its size, rows and the depth it runs after."""
 
-    def __init__(self, prompt: list[int], reply: list[int], costs: CostTable, is_eog: Callable[[int], bool]):
+    def __init__(self, prompt: list[int], reply: list[int], costs: CostTable, is_eog: Callable[[int], bool],
+                 tokenizer: Tokenizer | None = None):
         self.prompt, self.reply, self.costs, self._is_eog = prompt, reply, costs, is_eog
+        self.tokenizer = tokenizer  # spells renames for the edit memory (None: no respelling)
         self.tokens: list[int] = list(prompt)  # the prompt was read before the first step (prefill)
         self.last_decoded = 0
         self.n_vocab = max([*prompt, *reply]) + 1
@@ -184,6 +187,14 @@ class RecordedTarget:
 
     def is_eog(self, token: int) -> bool:
         return self._is_eog(token)
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        return self.tokenizer.token_bytes(token, special=special) if self.tokenizer else b""
+
+    def tokenize(self, text: str, *, add_special: bool = True, special: bool = True) -> list[int]:
+        if self.tokenizer is None:
+            return []
+        return self.tokenizer.tokenize(text, add_special=add_special, special=special)
 
 
 @dataclass
@@ -228,9 +239,10 @@ class Replayed:
 
 
 def replay(proposer: PromptLookup, costs: CostTable, evidence: Evidence, prompt: list[int],
-           reply: list[int], is_eog: Callable[[int], bool]) -> Replayed:
-    """Decode `reply` with the loop and `proposer` against its recorded target."""
-    target = RecordedTarget(prompt, reply, costs, is_eog)
+           reply: list[int], is_eog: Callable[[int], bool], tokenizer: Tokenizer | None = None) -> Replayed:
+    """Decode `reply` with the loop and `proposer` against its recorded target (`tokenizer`:
+    the model's, so the edit memory respells renames as in the bench)."""
+    target = RecordedTarget(prompt, reply, costs, is_eog, tokenizer)
     stats = Stats(method="lookup")
     ctx = DecodeContext(target=target, draft=None,  # type: ignore[arg-type]  # the stand-in
                         sampler=Sampler(SamplingParams(temperature=0.0)), stats=stats,
@@ -327,7 +339,8 @@ def policies(args: argparse.Namespace) -> int:
         evidence = Evidence()  # each variant learns from the first task on
         total, calls, plain, rows = 0.0, 0, 0, 0
         for r in recorded:
-            done = replay(proposer_of(name, evidence), table, evidence, r.prompt, r.reply, is_eog)
+            done = replay(proposer_of(name, evidence), table, evidence, r.prompt, r.reply, is_eog,
+                          engine.target)
             total += done.ms
             calls += done.stats.counters.target_calls
             plain += done.plain
@@ -377,7 +390,7 @@ def tasks(args: argparse.Namespace) -> int:
         if args.fresh:
             evidence = Evidence()
         proposer = proposer_of(args.variant, evidence)
-        done = replay(proposer, table, evidence, r.prompt, r.reply, is_eog)
+        done = replay(proposer, table, evidence, r.prompt, r.reply, is_eog, engine.target)
         c = done.stats.counters
         proposed, accepted = proposed + c.copied_tokens, accepted + c.copied_accepted
         total_ms += done.ms

@@ -8,6 +8,12 @@ that pair is a substitution, remembered with the source token before it as conte
 inserted after `path` is keyed by `path`). Copies proposed later carry the substitution, so
 the second and later occurrences of an edit are proposed, not rejected.
 
+A rename has as many spellings as the tokenizer has ways to cut it: ` mode`, `(mode` and `.mode`
+are different tokens, so a substitution learned at ` mode` would not apply at `(mode`. When a
+learned substitution renames one word (`mode` -> `file_mode`), every whole-word occurrence of
+the old word in the indexed text is looked up and its tokens, retokenized with the new word,
+become a substitution of their own (`respell`): the second spelling is proposed too.
+
 A substitution is a guess like any copied span (a deterministic proposal, a point mass in the
 p/q test): exactness never rests on it. Each keeps a score: accepted where it was proposed,
 refused where the target wrote otherwise; one refused more often than accepted is not applied.
@@ -15,11 +21,24 @@ refused where the target wrote otherwise; one refused more often than accepted i
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 MAX_REPLACED = 8  # longest source span a substitution replaces
 MAX_WRITTEN = 16  # longest reply span it writes in its place
+# a renamed word, alone in its span between punctuation or spaces that the rename keeps
+_WORD = re.compile(rb"(\W*)([A-Za-z_]\w*)(\W*)")
+
+
+class Tokenizer(Protocol):
+    """What respelling needs of a model: a token's bytes, and text to tokens."""
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True, special: bool = True) -> list[int]: ...
 
 
 @dataclass
@@ -38,9 +57,11 @@ class Substitution:
 class EditMemory:
     """Substitutions learned from the reply so far, and where proposals applied them."""
 
-    def __init__(self) -> None:
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
         self.subs: dict[tuple[int, ...], Substitution] = {}
         self._longest = 0
+        self.tokenizer = tokenizer  # None: no respelling
+        self._renames: set[tuple[bytes, bytes]] = set()  # words respelled so far
 
     def learn(self, context: int | None, replaced: Sequence[int], written: Sequence[int]) -> None:
         """The reply wrote `written` where the source had `replaced`, after the source token
@@ -61,6 +82,54 @@ class EditMemory:
             else:
                 self.subs[key] = Substitution(key, value, contextual)
             self._longest = max(self._longest, len(key))
+
+    def respell(self, text: Sequence[int], replaced: Sequence[int], written: Sequence[int]) -> int:
+        """Where `written` renames the one word of `replaced` (the same punctuation around it),
+        a substitution for every other tokenization of that word in `text` (the indexed
+        tokens; negative ids are separators): its tokens, with the new word, retokenized. The
+        number of substitutions added."""
+        if self.tokenizer is None or not replaced or not written:
+            return 0
+        word = self._rename(replaced, written)
+        if word is None or word in self._renames:
+            return 0
+        self._renames.add(word)
+        old, new = word
+        pieces = [self.tokenizer.token_bytes(t) if t >= 0 else b"\0" for t in text]
+        starts = [0]
+        for piece in pieces:
+            starts.append(starts[-1] + len(piece))
+        joined = b"".join(pieces)
+        added = 0
+        for m in re.finditer(rb"(?<!\w)" + re.escape(old) + rb"(?!\w)", joined):
+            i = bisect.bisect_right(starts, m.start()) - 1  # the tokens that hold the word
+            j = bisect.bisect_left(starts, m.end())
+            key = tuple(text[i:j])
+            if key in self.subs or len(key) > MAX_REPLACED or any(t < 0 for t in key):
+                continue
+            span = joined[starts[i]:starts[j]]
+            lo, hi = m.start() - starts[i], m.end() - starts[i]
+            try:
+                value = self.tokenizer.tokenize((span[:lo] + new + span[hi:]).decode("utf-8"),
+                                                add_special=False, special=False)
+            except UnicodeDecodeError:  # the span cuts a character: its tokens hold part of one
+                continue
+            if value and len(value) <= MAX_WRITTEN and tuple(value) != key:
+                self.subs[key] = Substitution(key, tuple(value), contextual=False)
+                self._longest = max(self._longest, len(key))
+                added += 1
+        return added
+
+    def _rename(self, replaced: Sequence[int], written: Sequence[int]) -> tuple[bytes, bytes] | None:
+        """(old word, new word) when `written` renames the one word `replaced` spells."""
+        assert self.tokenizer is not None
+        old = _WORD.fullmatch(b"".join(self.tokenizer.token_bytes(t) for t in replaced))
+        new = _WORD.fullmatch(b"".join(self.tokenizer.token_bytes(t) for t in written))
+        if old is None or new is None or old.group(2) == new.group(2):
+            return None
+        if (old.group(1), old.group(3)) != (new.group(1), new.group(3)):
+            return None
+        return old.group(2), new.group(2)
 
     def apply(self, source: Sequence[int], start: int, end: int) -> tuple[list[int], list[int], list[int]]:
         """The copy of source[start:end] with every trusted substitution made: (tokens, the

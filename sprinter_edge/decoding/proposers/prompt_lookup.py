@@ -158,7 +158,7 @@ class PromptLookup(Proposer):
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
         self.index.extend(prompt)
-        self.memory = EditMemory()
+        self.memory = EditMemory(ctx.target)  # the target's tokenizer spells renames
         self._source, self._depart, self._held = None, None, False
 
     def _start(self, seq: list[int]) -> tuple[int, int, int] | None:
@@ -191,6 +191,7 @@ class PromptLookup(Proposer):
         if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
             s = self.index.seq
             self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply])
+            self.memory.respell(s, s[d_src:source], seq[d_rep:reply])
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.index.extend(seq)
