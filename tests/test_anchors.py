@@ -235,3 +235,23 @@ def test_doctor_curve_is_raw_and_names_the_16_multiples(fixture_engine) -> None:
     assert lines[0].startswith("  target curve") and all(f" {n}: " in lines[0] for n in (1, 12, 16, 32))
     assert any(line.strip().startswith("n=16: ") for line in lines)
     assert any(line.strip().startswith("n=32: ") for line in lines)
+
+
+def test_a_server_row_with_settings_of_its_own() -> None:
+    """`CONFIG[key=value,...]` adds llama.cpp's options of that configuration's --spec-type, one
+    process per row; a bad one is a clear error."""
+    from sprinter_edge.bench.llama_server import LlamaServer, parse_server_row, server_base
+
+    row = "llama-server-ngram-mod[n-match=16,n-min=8]"
+    assert runner.split_methods(f"ar,{row}, llama-server-draft[n-max=8]") == [
+        "ar", row, "llama-server-draft[n-max=8]"]
+    assert parse_server_row(row) == ("llama-server-ngram-mod",
+                                     ("--spec-ngram-mod-n-match", "16", "--spec-ngram-mod-n-min", "8"))
+    assert parse_server_row("llama-server-ngram-mod") is None and server_base(row) == "llama-server-ngram-mod"
+    spec = runner.expand_methods([row], None)[1]
+    assert (spec.label, spec.base_method) == (row, "llama-server-ngram-mod") and not spec.needs_draft
+    server = LlamaServer(spec.base_method, Path("llama-server"), Path("t.gguf"), options=spec.server_options)
+    assert server.args[-4:] == ["--spec-ngram-mod-n-match", "16", "--spec-ngram-mod-n-min", "8"]
+    for bad in ("llama-server[n-max=3]", "llama-server-ngram-mod[n-match]", "llama-server-ngram-mod[a=b c]"):
+        with pytest.raises(ValueError):
+            runner.expand_methods([bad], None)

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -50,6 +51,13 @@ SERVER_CONFIGS: dict[str, tuple[tuple[str, ...], bool]] = {
     "llama-server-ngram-simple": (("--spec-type", "ngram-simple"), False),
 }
 SERVER_METHODS = tuple(SERVER_CONFIGS)
+# a configuration's own options, named after its --spec-type's option family: a row
+# `llama-server-ngram-mod[n-match=16,n-min=8]` adds `--spec-ngram-mod-n-match 16
+# --spec-ngram-mod-n-min 8` (a sweep of llama.cpp's settings is a bench run over such rows)
+OPTION_FAMILY = {"llama-server-draft": "draft", "llama-server-draft-tuned": "draft",
+                 "llama-server-ngram-mod": "ngram-mod", "llama-server-ngram-simple": "ngram-simple"}
+_SET = re.compile(r"([\w-]+)\[([^\]]*)\]")
+_OPTION = re.compile(r"([a-z][a-z0-9-]*)=([\w.]+)")
 PLAIN = "llama-server"
 STARTUP_TIMEOUT = 180.0  # seconds for the server to load its models and answer /health
 REQUEST_TIMEOUT = 900.0  # one completion
@@ -57,6 +65,31 @@ REQUEST_TIMEOUT = 900.0  # one completion
 
 class ServerError(SprinterError):
     """llama-server did not start, or answered something unusable."""
+
+
+def parse_server_row(name: str) -> tuple[str, tuple[str, ...]] | None:
+    """(configuration, its extra llama-server options) for a row named `CONFIG[key=value,...]`
+    (OPTION_FAMILY); None for a name of another form. ValueError: a bad one."""
+    m = _SET.fullmatch(name)
+    if m is None:
+        return None
+    base, body = m.groups()
+    family = OPTION_FAMILY.get(base)
+    if family is None:
+        raise ValueError(f"{name!r}: settings go with one of {', '.join(OPTION_FAMILY)}")
+    options: list[str] = []
+    for item in filter(None, (x.strip() for x in body.split(","))):
+        o = _OPTION.fullmatch(item)
+        if o is None:
+            raise ValueError(f"{name!r}: {item!r} is not key=value (e.g. n-match=16)")
+        options += [f"--spec-{family}-{o.group(1)}", o.group(2)]
+    return base, tuple(options)
+
+
+def server_base(name: str) -> str:
+    """The configuration a row runs: `name` itself or, for `CONFIG[...]`, CONFIG."""
+    m = _SET.fullmatch(name)
+    return m.group(1) if m else name
 
 
 @dataclass
@@ -104,11 +137,11 @@ class LlamaServer:
 
     def __init__(self, name: str, binary: Path, target: Path, *, draft: Path | None = None,
                  n_ctx: int = 4096, n_threads: int | None = None, no_repack: bool = False,
-                 startup_timeout: float = STARTUP_TIMEOUT):
+                 startup_timeout: float = STARTUP_TIMEOUT, options: Sequence[str] = ()):
         if name not in SERVER_CONFIGS:
             raise ValueError(f"unknown llama-server configuration {name!r}; choose from "
                              f"{', '.join(SERVER_METHODS)}")
-        options, needs_draft = SERVER_CONFIGS[name]
+        (options, needs_draft), extra = SERVER_CONFIGS[name], list(options)
         if needs_draft and draft is None:
             raise ServerError(f"{name} needs the pair's draft model (-md); this run has none")
         self.name = name
@@ -116,7 +149,8 @@ class LlamaServer:
         threads = n_threads or os.cpu_count() or 1
         self.port = 0
         self.args: list[str] = ["-m", str(target), "-c", str(n_ctx), "-t", str(threads),
-                                "-tb", str(threads), "-np", "1", "--host", "127.0.0.1", *options]
+                                "-tb", str(threads), "-np", "1", "--host", "127.0.0.1", *options,
+                                *extra]
         if needs_draft and draft is not None:
             self.args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
         if no_repack:  # the engine loads weights without extra buffer types: the same here

@@ -26,7 +26,7 @@ from ..methods import BASELINE_METHOD
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from . import costmodel, edits, peers, plot, prompts, report, runner, structured, summary
-from .llama_server import SERVER_METHODS
+from .llama_server import SERVER_METHODS, server_base
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
 QUICK = dict(humaneval=1, chat=1, explain=0, long=0, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
@@ -158,22 +158,23 @@ def plan(engine: Engine, config: BenchConfig,
     notes: list[str] = []
     server_binary = None
     if not config.peers:
-        methods = [m for m in methods if m not in runner.PEER_METHODS]
+        methods = [m for m in methods if server_base(m) not in runner.PEER_METHODS]
     if any(m in runner.LLAMA_CPP_METHODS for m in methods):
         why = peers.unavailable_reason()
         if why:
             notes.append(f"llama-cpp rows skipped: {why}")
             methods = [m for m in methods if m not in runner.LLAMA_CPP_METHODS]
-    if any(m in SERVER_METHODS for m in methods):
+    if any(server_base(m) in SERVER_METHODS for m in methods):
         try:
             server_binary = llama_tools.find_tool("llama-server")
         except llama_tools.ToolsError as exc:
             raise SprinterError(str(exc)) from None
         if server_binary is None:
             notes.append(SERVER_MISSING_NOTE)
-            methods = [m for m in methods if m not in SERVER_METHODS]
+            methods = [m for m in methods if server_base(m) not in SERVER_METHODS]
     if engine.draft_path is None:  # one model: the rows that draft are left out, said once
-        skipped = [m for m in methods if m in runner.all_methods() and runner.MethodSpec(m, m).needs_draft]
+        skipped = [m for m in methods if server_base(m) in runner.all_methods()
+                   and runner.MethodSpec(m, server_base(m)).needs_draft]
         if skipped:
             notes.append(f"no draft model: {', '.join(skipped)} skipped")
             methods = [m for m in methods if m not in skipped]

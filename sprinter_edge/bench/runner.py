@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..verifiers.loading import resolve_verifier
 from ..verifiers.operating_point import OperatingPoint
 from ..verifiers.simple import Oracle
 from . import edits, memory, quality, structured
-from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, server_stats
+from .llama_server import SERVER_CONFIGS, SERVER_METHODS, LlamaServer, parse_server_row, server_stats
 from .peers import LlamaCppPeer
 from .prompts import BenchPrompt
 
@@ -70,6 +71,7 @@ class MethodSpec:
     verifier: str | None = None  # sprinter: this verifier spec instead of the engine's
     prediction: bool = False  # edits: the input code sent as the client's predicted output
     free: bool = False  # structured prompts: decoded without their JSON schema
+    server_options: tuple[str, ...] = ()  # llama-server rows: options added to the configuration's
 
     @property
     def is_reference(self) -> bool:
@@ -95,6 +97,11 @@ class MethodSpec:
         return self.base_method in engine_methods() and get_strategy(self.engine_method).needs_verifier
 
 
+def split_methods(spec: str) -> list[str]:
+    """The rows of a comma-separated --methods (commas inside a row's [settings] kept)."""
+    return [m.strip() for m in re.split(r",(?![^\[]*\])", spec) if m.strip()]
+
+
 def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
                    presets: Sequence[str] = (), verifiers: Sequence[str] = ()) -> list[MethodSpec]:
     """`sprinter` becomes one row per threshold, or per named preset (resolved by the engine
@@ -115,6 +122,10 @@ def expand_methods(names: Sequence[str], thresholds: Sequence[float] | None,
                 raise ValueError(f"{name!r}: only the engine's methods run free of the schema "
                                  f"({', '.join(methods())})")
             specs.append(MethodSpec(name, base, free=True))
+            continue
+        server = parse_server_row(name)
+        if server is not None:  # a llama-server configuration with settings of its own
+            specs.append(MethodSpec(name, server[0], server_options=server[1]))
             continue
         if name not in all_methods():
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(all_methods())}")
@@ -207,9 +218,11 @@ class Runner:
         self.interrupted = False
 
     # ------------------------------------------------------------------ set-up
-    def _peer(self, method: str) -> LlamaCppPeer | LlamaServer:
-        if method in self.peers:
-            return self.peers[method]
+    def _peer(self, method: str, spec: MethodSpec | None = None) -> LlamaCppPeer | LlamaServer:
+        """The peer of a row (llama-server rows: one process per row, its own options)."""
+        key = spec.label if spec is not None else method
+        if key in self.peers:
+            return self.peers[key]
         cfg = self.config
         if method in SERVER_METHODS:
             if cfg.server_binary is None:
@@ -217,8 +230,9 @@ class Runner:
             needs_draft = SERVER_CONFIGS[method][1]
             server = LlamaServer(method, cfg.server_binary, self.target_path,
                                  draft=self.draft_path if needs_draft else None, n_ctx=cfg.server_ctx,
-                                 n_threads=cfg.threads, no_repack=cfg.no_repack)
-            self.peers[method] = server  # registered first: close() stops it whatever start() does
+                                 n_threads=cfg.threads, no_repack=cfg.no_repack,
+                                 options=spec.server_options if spec is not None else ())
+            self.peers[key] = server  # registered first: close() stops it whatever start() does
             server.start()
             return server
         draft = self.draft_path if method == "llama-cpp-draft" else None
@@ -278,7 +292,7 @@ class Runner:
         schema = None if spec.free else schema
         method = spec.base_method
         if method in SERVER_METHODS:
-            server = self._peer(method)
+            server = self._peer(method, spec)
             run = server.generate(prompt, max_tokens, stop, self.config.temperature, self.config.seed + seed,
                                   json_schema=schema)
             return (run.tokens, run.text, None, [], server_stats(method, run), run.decode_seconds,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..bench import costmodel, edits, structured
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
-from ..bench.runner import all_methods
+from ..bench.runner import all_methods, split_methods
 from ..errors import SprinterError
 from ..verifiers.calibration import PRESETS
 from .common import add_hardware_args, add_method_settings, add_model_args, engine_from, method_settings_from
@@ -42,7 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "left out with one note when it has not run); an engine method with "
                         "'+prediction' (e.g. auto+prediction) sends each edit's input code as the "
                         "Predicted Output; one with '+free' (e.g. ar+free) decodes the --structured "
-                        "tasks without their JSON schema, to show what the constraint buys")
+                        "tasks without their JSON schema, to show what the constraint buys; a "
+                        "llama-server row takes llama.cpp's settings of its --spec-type in brackets, "
+                        "e.g. 'llama-server-ngram-mod[n-match=16,n-min=8]' adds "
+                        "--spec-ngram-mod-n-match 16 --spec-ngram-mod-n-min 8")
     g.add_argument("--thresholds", default="presets",
                    help="sprinter verifier thresholds to sweep, comma-separated (one row each); "
                         "'presets' = one row per named preset (quality/balanced/fast), "
@@ -182,7 +185,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     args.verifier = verifiers[0]  # the engine's own; the others are per-row
     sizes, repeats = (QUICK["sizes"], QUICK["repeats"]) if args.quick else (costmodel.SIZES, 3)
     return BenchConfig(
-        methods=[m.strip() for m in args.methods.split(",") if m.strip()], thresholds=thresholds,
+        methods=split_methods(args.methods), thresholds=thresholds,
         presets=presets,
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
