@@ -1,4 +1,5 @@
-"""The documentation's links resolve, and the README keeps the two setup commands verbatim.
+"""The documentation's links resolve, the README keeps the two setup commands verbatim, and the
+results tables are what tools/render_tables.py renders from the raw files in results/.
 
 Checked in README.md, docs/*.md and results/README.md: every relative Markdown link or image
 (`[text](path)`, `![alt](path#anchor)`) names an existing file or folder, relative to the page,
@@ -9,8 +10,11 @@ root. Fenced code blocks are not read for links.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -164,3 +168,66 @@ def test_results_tables_are_rendered_from_the_raw_runs() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "render_tables.py"), "--check"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def render_tables() -> ModuleType:
+    """tools/render_tables.py as a module (tools/ is not a package)."""
+    name = "render_tables"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "render_tables.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _one_number_changed(body: str) -> tuple[str, str, str]:
+    """`body` (a rendered block) with one number of its last table row changed (the last cell
+    that holds one): (the new body, the row as rendered, the row as edited)."""
+    row = [line for line in body.splitlines() if line.startswith("| ")][-1]
+    cells = row.split(" | ")
+    i = max(i for i, cell in enumerate(cells) if any(ch.isdigit() for ch in cell))
+    at = next(j for j, ch in enumerate(cells[i]) if ch.isdigit())
+    cells[i] = cells[i][:at] + ("1" if cells[i][at] != "1" else "2") + cells[i][at + 1:]
+    edited = " | ".join(cells)
+    return body.replace(row, edited), row, edited
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/benchmarks.md"])
+def test_a_hand_edit_of_any_rendered_table_is_flagged(page: str) -> None:
+    rt = render_tables()
+    where = rt.index()
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert rt.stale(page, text, where) == ""
+    found = list(rt.BLOCK.finditer(text))
+    assert found, f"{page} has no rendered table"
+    for m in found:
+        body, row, edited = _one_number_changed(m.group(3))
+        tampered = text[:m.start(3)] + body + text[m.end(3):]
+        diff = rt.stale(page, tampered, where)
+        assert f"-{edited}\n" in diff and f"+{row}\n" in diff, f"{m.group(2)}: a hand edit went unnoticed"
+        assert rt.render_text(tampered, page, where) == text  # rendering puts the number back
+
+
+def test_every_raw_file_a_table_cites_has_a_line_in_results_readme() -> None:
+    rt = render_tables()
+    listed = rt.index()
+    cited = set().union(*(rt.cited_files((ROOT / page).read_text(encoding="utf-8")) for page in rt.PAGES))
+    bench = {f for f in cited if f.startswith("bench-results-")}
+    assert len(bench) >= 10, "the parser found too few cited runs"
+    assert sorted(cited - set(listed)) == []
+    assert all((ROOT / "results" / f).exists() for f in cited)
+
+
+def test_a_raw_file_without_a_line_in_results_readme_is_refused() -> None:
+    rt = render_tables()
+    where = rt.index()
+    where.pop("bench-results-edits.json")
+    with pytest.raises(SystemExit, match="no line in results/README.md"):
+        rt.render("edits-anchors", where)
+
+
+def test_every_table_the_script_defines_is_on_a_page() -> None:
+    rt = render_tables()
+    shown = set().union(*(rt.blocks((ROOT / page).read_text(encoding="utf-8")) for page in rt.PAGES))
+    assert sorted(set(rt.TABLES) - shown) == []

@@ -2,12 +2,27 @@
 """Render the results tables of README.md and docs/*.md from the raw runs in results/.
 
 A table in a page is the text between `<!-- table: NAME -->` and `<!-- /table -->`; NAME is a
-key of TABLES below, which says which raw file(s) and rows it shows. The caption (date,
+key of TABLES below, which says which raw file(s), rows and columns it shows. The caption (date,
 machine, command) comes from the file's line in results/README.md (date, machine) and the
-file's own `command`; every number from the file's summary rows. Nothing is typed by hand.
+file's own `command` (a file without one: its line's); every number from the file. Nothing is
+typed by hand, and a file without a line in results/README.md is an error.
 
     python3 tools/render_tables.py          # rewrite the tables in place
     python3 tools/render_tables.py --check  # exit 1 and show the difference when a page is stale
+
+Four kinds of table:
+
+* `Table`: rows of one or more `sprinter-edge bench` runs (bench.json: summary `rows`, `groups`
+  per workload, every run in `runs`), one row per method, the columns named from COLUMNS. A
+  column may name a selection after `@`: a workload of the file's `groups` (`vs ar@chat`), or
+  prompts picked from its runs, `id:PREFIX` (prompt ids that start with PREFIX) or `from:K`
+  (every prompt after the first K), whose row is recomputed from those runs as the bench
+  computes its rows (tok/s: each run's tok/s weighted by its decode time, as
+  `sprinter_edge/bench/summary.py` does). A column ending in `?` is shown only when some row has
+  a value for it.
+* `Curves`: a bench.json's cost table (ms per decode call of n tokens, after 64 tokens of context).
+* `Depths`: the same cost table after deeper contexts.
+* `Trial`: results/edit-verifier-trial.json (`tools/edit_verifier_trial.py`).
 
 Stdlib only. tests/test_docs.py runs --check.
 """
@@ -16,9 +31,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import re
 import sys
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,22 +44,81 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 PAGES = ("README.md", "docs/benchmarks.md")
 # inputs renamed since a run recorded its command: the caption names the file as it is now
-RENAMED = {"results/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl"}
+RENAMED = {"results/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl",
+           "docs/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl"}
 # extraction fields every method copies from the pasted source (structured tasks): the second
 # field-accuracy column leaves them out
 COPIED_FIELDS = ("name", "parameter_names")
+STRUCTURED_FIELDS = ("name", "parameter_names", "defaults", "returns_value", "raises")
 BLOCK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
+CITED = re.compile(r"\]\((?:\.\./)?results/([\w.-]+\.json)\)")
+
+# how a row is named unless a table names it otherwise (other methods: the method in code type)
+NAMES = {
+    "llama-server": "llama.cpp server, plain",
+    "llama-server-draft": "llama.cpp server `-md`, defaults (3, p_min 0)",
+    "llama-server-draft-tuned": "llama.cpp server `-md`, 16 / p_min 0.75",
+    "llama-server-ngram-mod": "llama.cpp server, ngram-mod",
+    "llama-server-ngram-simple": "llama.cpp server, ngram-simple",
+    "llama-cpp": "llama-cpp-python",
+    "llama-cpp-draft": "llama-cpp-python `draft_model=`",
+    "llama-cpp-lookup": "llama-cpp-python `LlamaPromptLookupDecoding` (2, 10)",
+}
+# edit-verifier-trial.json's names of a setting and a scorer
+NO_FALSE_PASS = "edit preset (no false pass on the fit half)"
+HIDDEN_ON_EDITS = "hidden state + copy features, trained on edits (logreg)"
+README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
 @dataclass(frozen=True)
 class Table:
-    file: str  # a bench.json in results/
-    methods: tuple[str, ...] = ()  # rows to show, in order (default: every row)
-    workload: str | None = None  # the file's rows of this workload (its "groups") instead of all
+    """Rows of bench.json file(s) in results/. With several files the rows go file by file,
+    each file's rows its own (ratios against its own `ar`), named in the `source` column."""
+
+    file: str | tuple[str, ...]
+    methods: tuple[str, ...] = ()  # rows to show, in order, those a file has (default: every row)
+    workload: str | None = None  # the rows of this selection (see the module's docstring) instead of all
     names: tuple[tuple[str, str], ...] = ()  # method -> how the row is named
+    columns: tuple[str, ...] = README_COLUMNS
+    headers: tuple[tuple[str, str], ...] = ()  # column -> its header, where not the default
+    labels: tuple[str, ...] = ()  # one per file: its rows' `source` cell
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (self.file,) if isinstance(self.file, str) else self.file
 
 
-TABLES: dict[str, Table] = {
+@dataclass(frozen=True)
+class Curves:
+    """A bench.json's cost table: ms per call of n tokens (after 64 tokens of context), one row per
+    model and kind of call (`last`: the last row's logits, `all`: every row's)."""
+
+    file: str
+    rows: tuple[tuple[str, str, str], ...]  # (model: target or draft, last or all, how the row is named)
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Depths:
+    """A bench.json's cost table after d tokens of context: one token / 32 / 64 tokens with
+    every row, ms per call (ms per row)."""
+
+    file: str
+    names: tuple[tuple[str, str], ...] = (("target", "target"), ("draft", "draft"))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """results/edit-verifier-trial.json: (scorer, setting, how the row is named) per row; a
+    setting `code presets` shows every preset, `code presets:P` one, another setting its two
+    held-out halves."""
+
+    file: str
+    rows: tuple[tuple[str, str, str], ...]
+
+
+TABLES: dict[str, Table | Curves | Depths | Trial] = {
+    # README.md and docs/benchmarks.md: the current tables
     "fresh-prompts": Table("bench-results-fresh-s7-long-calls.json"),
     "function-edits": Table("bench-results-edits-long-calls.json"),
     "file-edits": Table("bench-results-file-edits-long-calls.json",
@@ -52,33 +129,364 @@ TABLES: dict[str, Table] = {
     "first-use-fresh": Table("bench-results-first-use-edits.json", workload="chat"),
     "first-use-before-edits": Table("bench-results-first-use-before.json", workload="edit"),
     "first-use-before-fresh": Table("bench-results-first-use-before.json", workload="chat"),
+    # docs/benchmarks.md: fresh prompts
+    "fresh-s7": Table(
+        "bench-results-fresh-s7.json",
+        columns=("method", "vs ar@id:fresh-code/", "vs ar@id:fresh-chat/", "vs ar", "plans"),
+        headers=(("vs ar@id:fresh-code/", "fresh code (5)"), ("vs ar@id:fresh-chat/", "chat (5)"),
+                 ("vs ar", "all"))),
+    "fresh-workloads": Table(
+        "bench-results-fresh.json",
+        columns=("method", "vs ar@humaneval", "vs ar@chat", "vs ar@long", "ttft@long", "plans"),
+        headers=(("vs ar@humaneval", "fresh code (HumanEval)"), ("vs ar@chat", "chat + explanation"),
+                 ("vs ar@long", "long context (quote a pasted module)"),
+                 ("ttft@long", "time to first token, long context"))),
+    "he6-every-method": Table(
+        "bench-results.json",
+        columns=("method", "tok/s", "vs ar", "pred", "flat", "calls/tok", "run len", "time split", "done",
+                 "rouge", "exact", "logprob", "eta", "tv"),
+        names=(("auto", "`auto` (kept `ar`, see below)"), ("sd", "`sd` (k = 4)"),
+               ("sprinter@0.46", "`sprinter@0.46` (fast)"), ("sprinter@0.74", "`sprinter@0.74` (balanced)"),
+               ("sprinter@0.9", "`sprinter@0.9` (quality)"))),
+    "he6-auto-priors": Table(
+        "bench-results-auto.json",
+        columns=("method", "tok/s", "vs ar", "calls/tok", "plans", "done", "exact", "eta", "tv"),
+        names=(("sd", "`sd` (k = 4)"), ("sprinter@0.74", "`sprinter@0.74` (balanced)"))),
+    "he6-xeon": Table(
+        "bench-results-xeon.json",
+        columns=("method", "tok/s", "vs ar", "pred", "flat", "calls/tok", "kept", "run len", "time split",
+                 "done", "rouge", "exact", "logprob", "eta", "tv"),
+        names=(("sprinter@0.56", "`sprinter@0.56` (fast)"),
+               ("sprinter@0.78", "`sprinter@0.78` (then the default)"),
+               ("sprinter@0.9", "`sprinter@0.9` (quality)"))),
+    # edits of single functions
+    "edits-fresh-amx": Table(
+        "bench-results-edits-fresh-amx.json",
+        columns=("method", "tok/s@edit", "vs ar@edit", "done@edit", "ttft@edit", "plans@edit",
+                 "tok/s@chat", "vs ar@chat", "ttft@chat", "plans@chat"),
+        headers=(("tok/s@edit", "edits: tok/s"), ("vs ar@edit", "vs `ar`"), ("done@edit", "edits done"),
+                 ("ttft@edit", "time to first token"), ("plans@edit", "plans run"),
+                 ("tok/s@chat", "fresh prompts: tok/s"), ("vs ar@chat", "vs `ar`"),
+                 ("ttft@chat", "time to first token"), ("plans@chat", "plans run"))),
+    "edits-anchors": Table(
+        "bench-results-edits.json",
+        columns=("method", "tok/s", "vs ar", "calls/tok", "done", "done ci", "diff", "plans"),
+        names=(("sprinter:quality", "`sprinter`, quality preset (approximate)"),
+               ("sprinter:balanced", "`sprinter`, balanced preset (approximate)"))),
+    "edits-heldout": Table(
+        "bench-results-edits-heldout.json",
+        methods=("ar", "auto", "lookup", "llama-server-ngram-simple", "llama-server-ngram-mod"),
+        columns=("method", "tok/s", "vs ar", "calls/tok", "done", "diff", "plans")),
+    "edits-40-49": Table(
+        "bench-results-edits-40-49.json",
+        columns=("method", "tok/s", "vs ar", "calls/tok", "done", "plans")),
+    # edits of whole files
+    "file-edits-long-calls": Table(
+        "bench-results-file-edits-long-calls.json",
+        columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done",
+                 "identical", "plans")),
+    "file-edits-prediction": Table(
+        "bench-results-file-edits.json",
+        columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done",
+                 "identical", "plans")),
+    # structured output
+    "structured-30-clean": Table(
+        "bench-results-structured-30-clean.json",
+        columns=("method", "done", "fields", "fields rest", "forced", "decode", "vs ar", "ttft", "e2e",
+                 "e2e vs ar", "plans"),
+        names=(("llama-server", "llama.cpp server, `json_schema`"),)),
+    "structured-12-after": Table(
+        "bench-results-structured-12-after.json",
+        columns=("method", "done", "fields", "fields rest", "forced", "decode", "vs ar", "ttft", "e2e",
+                 "e2e vs ar", "plans")),
+    "structured-compact": Table(
+        ("bench-results-structured-12-after.json", "bench-results-structured-12-compact.json"),
+        labels=("the model's own (pretty-printed)", "compact"),
+        columns=("source", "method", "tokens/prompt", "forced", "decode s/prompt", "decode", "vs ar",
+                 "fields", "fields rest"),
+        headers=(("source", "layout"),)),
+    "structured-30": Table(
+        "bench-results-structured-30.json",
+        columns=("method", "done", "cut", "fenced", "fields", "fields rest", "forced", "tok/s@from:5",
+                 "vs ar@from:5", "plans"),
+        headers=(("tok/s@from:5", "tok/s, tasks 6-30"), ("vs ar@from:5", "vs `ar`, tasks 6-30")),
+        names=(("ar+free", "`ar+free` (no schema)"), ("llama-server", "llama.cpp server, `json_schema`"))),
+    # HumanEval quality
+    "he80": Table(
+        "bench-results-he80.json",
+        columns=("method", "tok/s", "vs ar", "pred", "flat", "calls/tok", "run len", "time split", "done",
+                 "done ci", "diff", "exact", "plans")),
+    # SPRINTER and its verifiers
+    "sprinter-presets": Table(
+        ("bench-results-he80.json", "bench-results-edits.json", "bench-results-edits-fast.json",
+         "bench-results-edit-threshold.json"),
+        methods=("sprinter:quality", "sprinter:balanced", "sprinter:fast", "sprinter@0.9766"),
+        labels=("HumanEval 0-79 (presets 0.90 / 0.82 / 0.58)", "edit tasks 0-19", "edit tasks 0-19",
+                "held-out edit tasks 20-39 (an `edit` threshold picked on tasks 0-19)"),
+        columns=("source", "method", "done", "diff", "vs ar"),
+        headers=(("source", "tasks"), ("method", "row"), ("done", "passed"))),
+    "edit-verifier-trial": Trial("edit-verifier-trial.json", rows=(
+        ("shipped logits verifier", "code presets",
+         "shipped max-prob verifier, code presets quality / balanced / fast"),
+        ("shipped logits verifier", NO_FALSE_PASS,
+         "**shipped verifier, an `edit` threshold: no false pass on the fit half**"),
+        ("shipped + copy features (logreg)", NO_FALSE_PASS,
+         "verifier score + confidence + copy features (logistic regression), no false pass on the fit half"),
+        ("shipped + copy features (logreg)", "flag 25%", "... same, a 25% flag budget"),
+        (HIDDEN_ON_EDITS, NO_FALSE_PASS,
+         "hidden state + copy features, trained on edit trajectories (logistic regression), "
+         "no false pass on the fit half"),
+        (HIDDEN_ON_EDITS, "flag 25%", "... same, a 25% flag budget"),
+        ("shipped hidden-state verifier", NO_FALSE_PASS,
+         "shipped hidden-state verifier, no false pass on the fit half"),
+        ("guard (shipped, every drafted copy flagged)", "code presets:quality",
+         "the guard (every drafted copy flagged) on the quality preset"),
+    )),
+    "verifiers-end-to-end": Table(
+        ("bench-results-verifiers-greedy.json", "bench-results-verifiers-t0.7.json"),
+        labels=("0", "0.7"),
+        columns=("source", "method", "tok/s", "vs ar", "ttft", "calls/tok", "eta", "tv", "fp mass",
+                 "verifier ms", "done"),
+        headers=(("source", "T"),),
+        names=(("sprinter:balanced[auto]", "rule (`auto`)"), ("sprinter:balanced[hidden]", "hidden"))),
+    # cost curves
+    "costs-at-depth": Depths("bench-results-file-edits-long-calls.json"),
+    "curves-epyc-zen3": Curves("bench-results.json", sizes=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32), rows=(
+        ("target", "last", "target 1.5B Q4_K_M, last row"), ("target", "all", "target 1.5B Q4_K_M, all rows"),
+        ("draft", "last", "draft 0.5B Q4_0/head Q4_0, last row"))),
+    "curves-xeon-amx": Curves("bench-results-xeon.json", sizes=(1, 2, 4, 8, 16, 32), rows=(
+        ("target", "last", "target 1.5B, last row"), ("target", "all", "target 1.5B, all rows"),
+        ("draft", "last", "draft 0.5B Q4_K_M, last row"), ("draft", "all", "draft 0.5B Q4_K_M, all rows"))),
 }
 
 
-def index() -> dict[str, tuple[str, str]]:
-    """results/README.md's lines: file -> (date, machine)."""
+# ---------------------------------------------------------------------------------------------
+# results/README.md and the raw files
+
+
+def index() -> dict[str, tuple[str, str, str]]:
+    """results/README.md's lines: file -> (date, machine, command)."""
     out = {}
     for line in (RESULTS / "README.md").read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and cells[0].startswith("`bench-results-"):
-            out[cells[0].strip("`")] = (cells[2], cells[3])
+        if len(cells) >= 5 and cells[0].startswith("`") and cells[0].endswith("`"):
+            out[cells[0].strip("`")] = (cells[2], cells[3], cells[4])
     return out
+
+
+@functools.cache
+def load(file: str) -> dict:
+    """A raw file of results/ (read once: the renderers do not change what they read)."""
+    return json.loads((RESULTS / file).read_text(encoding="utf-8"))
+
+
+def caption_command(data: dict, file: str, where: dict[str, tuple[str, str, str]]) -> str:
+    """The run's command as a user types it: paths inside the checkout relative to it, the
+    progress and output flags left out. A file without a `command` has the one of its line in
+    results/README.md."""
+    command = data.get("command") if isinstance(data, dict) else None
+    if not command:
+        return where[file][2].strip("`")
+    command = command.split(" --out ")[0].replace(" --no-progress", "")
+    command = re.sub(r"\S*/(results/[\w.-]+)", r"\1", command)  # a path inside the checkout
+    for old, new in RENAMED.items():
+        command = command.replace(old, new)
+    return command
+
+
+def caption(file: str, what: str, where: dict[str, tuple[str, str, str]], data: dict) -> str:
+    if file not in where:
+        raise SystemExit(f"results/{file} has no line in results/README.md: add one (date, machine)")
+    date, machine, _ = where[file]
+    return (f"{date}, {machine}, {what}, from [results/{file}](results/{file}): "
+            f"`{caption_command(data, file, where)}`")
+
+
+# ---------------------------------------------------------------------------------------------
+# rows: a file's summary rows, a group's, or rows recomputed from a selection of its runs
+
+
+def prompt_order(data: dict) -> list[str]:
+    seen: dict[str, None] = {}
+    for run in data.get("runs", []):
+        seen.setdefault(run["prompt_id"], None)
+    return list(seen)
+
+
+def selected_runs(data: dict, sel: str) -> list[dict]:
+    if sel.startswith("id:"):
+        return [r for r in data["runs"] if r["prompt_id"].startswith(sel[3:])]
+    if sel.startswith("from:"):
+        keep = set(prompt_order(data)[int(sel[5:]):])
+        return [r for r in data["runs"] if r["prompt_id"] in keep]
+    return [r for r in data["runs"] if (r.get("workload") or r.get("prompt_kind")) == sel]
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def recomputed_rows(data: dict, sel: str) -> list[dict]:
+    """Summary rows over the runs of a selection, as the bench computes them (tok/s: tok/s of
+    each run weighted by its decode time; time to first token: the engine's time to the first
+    token, a peer's prompt time; end to end: the mean of the runs' total time)."""
+    by: dict[str, list[dict]] = {}
+    for run in selected_runs(data, sel):
+        by.setdefault(run["method"], []).append(run)
+    if not by:
+        raise SystemExit(f"no runs in the selection {sel!r}")
+    rows = []
+    for method, runs in by.items():
+        dec = sum(r["decode_seconds"] for r in runs)
+        stats = [r["stats"] for r in runs if r.get("stats")]
+        ttft = [s.get("first_token_seconds", s.get("prefill_seconds")) for s in stats]
+        timed = sum(r["tokens_per_second"] * r["decode_seconds"] for r in runs)
+        rows.append({"method": method, "prompts": len(runs), "new_tokens": sum(r["new_tokens"] for r in runs),
+                     "tokens_per_second": timed / dec if dec else 0.0,
+                     "ttft_seconds": _mean([t for t in ttft if t is not None]),
+                     "e2e_seconds": _mean([s["total_seconds"] for s in stats if s.get("total_seconds")])})
+    ar = next((r for r in rows if r["method"] == "ar"), None)
+    for r in rows:
+        r["ratio_vs_ar"] = r["tokens_per_second"] / ar["tokens_per_second"] if ar else None
+    return rows
+
+
+def summary_rows(data: dict, sel: str | None) -> list[dict]:
+    if sel is None:
+        return data["rows"]
+    if sel in data.get("groups", {}):
+        return data["groups"][sel]
+    return recomputed_rows(data, sel)
+
+
+def runs_of(data: dict, method: str, sel: str | None) -> list[dict]:
+    runs = data.get("runs", []) if sel is None else selected_runs(data, sel)
+    return [r for r in runs if r["method"] == method]
+
+
+# ---------------------------------------------------------------------------------------------
+# columns: (header, cell) from a row, the file it is of and the selection the column names
+
+
+@dataclass
+class Cell:
+    row: dict | None  # the method's row in the column's selection (None: the method has none there)
+    data: dict
+    sel: str | None
+    label: str  # the row's file's label (its `source` cell)
+    name: str  # how the row is named
+
+    def ar(self) -> dict | None:
+        return next((r for r in summary_rows(self.data, self.sel) if r["method"] == "ar"), None)
+
+    def get(self, key: str) -> float | None:
+        return None if self.row is None else self.row.get(key)
+
+    def runs(self) -> list[dict]:
+        return [] if self.row is None else runs_of(self.data, self.row["method"], self.sel)
+
+
+def _num(fmt: str) -> Callable[[float | None], str]:
+    return lambda x: "-" if x is None else fmt.format(x)
 
 
 def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def _done(row: dict) -> tuple[str, str] | None:
-    """The task-level column: (header, cell) for the workload the row ran."""
-    for n_key, pass_key, header in (("file_edit_n", "file_edit_pass", "edits done"),
-                                    ("edit_n", "edit_pass", "edits done"),
-                                    ("structured_n", "structured_valid", "valid replies"),
-                                    ("humaneval_n", "pass_at_1", "pass@1")):
-        n = row.get(n_key) or 0
+CHECKS = (("file_edit_n", "file_edit", "file_edit_pass", "edits done"),
+          ("edit_n", "edit", "edit_pass", "edits done"),
+          ("structured_n", "structured", "structured_valid", "schema-valid"),
+          ("humaneval_n", "pass", "pass_at_1", "pass@1"))
+
+
+def _check(row: dict | None) -> tuple[str, str, str, int] | None:
+    """The task-level check the row ran: (its row keys' prefix, its rate key, header, tasks)."""
+    for n_key, prefix, rate, header in CHECKS:
+        n = (row or {}).get(n_key) or 0
         if n:
-            return header, f"{round((row.get(pass_key) or 0) * n)}/{n}"
+            return prefix, rate, header, n
     return None
+
+
+def _done(c: Cell) -> str:
+    check = _check(c.row)
+    if not check or c.row.get(check[1]) is None:
+        return "-"
+    return f"{round(c.row[check[1]] * check[3])}/{check[3]}"
+
+
+def _done_ci(c: Cell) -> str:
+    check = _check(c.row)
+    ci = c.row.get(f"{check[0]}_ci") if check else None
+    return "-" if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
+
+
+def _diff(c: Cell) -> str:
+    check = _check(c.row)
+    diff = c.row.get(f"{check[0]}_diff_vs_ar") if check else None
+    if diff is None:
+        return "-"
+    lo, hi = c.row.get(f"{check[0]}_diff_ci") or (None, None)
+    ci = "" if lo is None else f" [{lo * 100:+.1f}, {hi * 100:+.1f}]"
+    return f"{diff * 100:+.1f}{ci}"
+
+
+def _e2e_ratio(c: Cell) -> str:
+    ar, e2e = c.ar(), c.get("e2e_seconds")
+    return _ratio(ar["e2e_seconds"] / e2e if ar and e2e and ar.get("e2e_seconds") else None)
+
+
+def _cost_model(c: Cell) -> str:
+    pred, tps = c.get("predicted_tps"), c.get("tokens_per_second")
+    return "-" if pred is None or not tps else f"{pred:.2f} ({pred / tps - 1:+.0%})"
+
+
+def _identical(c: Cell) -> str:
+    if c.row is None or c.row["method"] == "ar" or c.get("exact_match") is None:
+        return "-"
+    return f"{round(c.row['exact_match'] * c.row['prompts'])}/{c.row['prompts']}"
+
+
+def _time_split(c: Cell) -> str:
+    split = c.get("time_split")
+    if not split:
+        return "-"
+    return "/".join(f"{split[k] * 100:.0f}" for k in ("draft", "target", "verifier", "overhead"))
+
+
+def _run_length(c: Cell) -> str:
+    x = c.get("mean_run_length")
+    return "-" if not x else f"{x:.1f}"
+
+
+def _tv(c: Cell) -> str:
+    """TV drift per token; a greedy run older than the column: false passes over its tokens
+    (under greedy decoding the same quantity, up to the near-ties the one-batch rescoring moves)."""
+    x = c.get("tv_drift")
+    if x is None and c.get("false_passes") is not None and not c.data["config"].get("temperature"):
+        x = c.row["false_passes"] / c.row["new_tokens"]
+    return _num("{:.4f}")(x)
+
+
+def _verifier_ms(c: Cell) -> str:
+    stats = [r["stats"] for r in c.runs() if r.get("stats")]
+    drafted = sum(s.get("draft_tokens", 0) for s in stats)
+    seconds = sum(s.get("verifier_seconds", 0.0) for s in stats)
+    return "-" if not drafted or not seconds else f"{seconds / drafted * 1000:.2f}"
+
+
+def _plans(c: Cell) -> str:
+    """What `auto` ran, prompt by prompt: each sequence of plans and on how many prompts."""
+    base = None if c.row is None else c.row.get("base_method") or c.row.get("kind") or c.row["method"]
+    if base is None or base.split("+")[0] != "auto":
+        return "-"
+    seen = Counter()
+    for run in c.runs():
+        stats = run.get("stats") or {}
+        plans = stats.get("plans_run") or ([stats["plan"]] if stats.get("plan") else [])
+        seen[" then ".join(f"`{p}`" for p in plans) or "?"] += 1
+    return ", ".join(f"{plans} {n}" for plans, n in seen.most_common())
 
 
 def field_accuracy(data: dict, method: str) -> tuple[float, float] | None:
@@ -91,7 +499,7 @@ def field_accuracy(data: dict, method: str) -> tuple[float, float] | None:
             continue
         fields = check.get("fields")
         if fields is None:  # truth but no JSON read: every field wrong
-            fields = dict.fromkeys(("name", "parameter_names", "defaults", "returns_value", "raises"), False)
+            fields = dict.fromkeys(STRUCTURED_FIELDS, False)
         for name, ok in fields.items():
             right_all += bool(ok)
             n_all += 1
@@ -101,64 +509,218 @@ def field_accuracy(data: dict, method: str) -> tuple[float, float] | None:
     return (right_all / n_all, right_rest / n_rest) if n_all and n_rest else None
 
 
-def rows_of(data: dict, table: Table) -> list[dict]:
-    rows = data["rows"] if table.workload is None else data["groups"][table.workload]
-    if table.methods:
-        by = {r["method"]: r for r in rows}
-        rows = [by[m] for m in table.methods]
-    return rows
+def _fields(which: int) -> Callable[[Cell], str]:
+    def cell(c: Cell) -> str:
+        acc = field_accuracy(c.data, c.row["method"]) if c.row and c.row.get("structured_truth_n") else None
+        return "-" if acc is None else f"{acc[which]:.2f}"
+    return cell
 
 
-def render(name: str, table: Table, where: dict[str, tuple[str, str]]) -> str:
-    data = json.loads((RESULTS / table.file).read_text(encoding="utf-8"))
-    rows = rows_of(data, table)
-    ar = next((r for r in rows if r["method"] == "ar"), None)
-    names = dict(table.names)
-    done = [_done(r) for r in rows]
-    header = ["method", "decode", "vs `ar`", "time to first token", "end to end, per prompt", "e2e vs `ar`"]
-    if any(done):
-        header.append(next(d for d in done if d)[0])
-    accuracy = [field_accuracy(data, r["method"]) if r.get("structured_truth_n") else None for r in rows]
-    if any(accuracy):
-        without = " and ".join(f"`{f}`" for f in COPIED_FIELDS)
-        header += ["field accuracy", f"field accuracy without {without}"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row, d, acc in zip(rows, done, accuracy, strict=True):
-        e2e = row.get("e2e_seconds")
-        e2e_ratio = ar["e2e_seconds"] / e2e if ar and e2e and ar.get("e2e_seconds") else None
-        ttft = row.get("ttft_seconds")
-        cells = [names.get(row["method"], f"`{row['method']}`"), f"{row['tokens_per_second']:.1f} tok/s",
-                 _ratio(row.get("ratio_vs_ar")), f"{ttft:.1f} s" if ttft else "-",
-                 f"{e2e:.1f} s" if e2e else "-", _ratio(e2e_ratio)]
-        if any(done):
-            cells.append(d[1] if d else "-")
-        if any(accuracy):
-            cells += [f"{x:.2f}" for x in acc] if acc else ["-", "-"]
-        lines.append("| " + " | ".join(cells) + " |")
-    date, machine = where.get(table.file, ("(not in results/README.md)", "?"))
-    command = data.get("command", "").split(" --out ")[0].replace(" --no-progress", "")
-    command = re.sub(r"\S*/(results/[\w.-]+)", r"\1", command)  # a path inside the checkout
-    for old, new in RENAMED.items():
-        command = command.replace(old, new)
-    group = f" of the `{table.workload}` group" if table.workload else ""
-    prompts = f"{rows[0]['prompts']} prompts{group}"
-    caption = (f"{date}, {machine}, {prompts}, from [results/{table.file}](results/{table.file}): "
-               f"`{command}`")
-    return caption + "\n\n" + "\n".join(lines) + "\n"
+def _decode_per_prompt(c: Cell) -> str:
+    return _num("{:.1f}")(_mean([r["decode_seconds"] for r in c.runs()]))
 
 
-def rendered_page(path: Path, where: dict[str, tuple[str, str]]) -> str:
-    text = path.read_text(encoding="utf-8")
-    prefix = "../" if path.parent != ROOT else ""
+def _key(key: str, fmt: Callable[[float | None], str]) -> Callable[[Cell], str]:
+    return lambda c: fmt(c.get(key))
+
+
+_without = " and ".join(f"`{f}`" for f in COPIED_FIELDS)
+COLUMNS: dict[str, tuple[str, Callable[[Cell], str]]] = {
+    "source": ("run", lambda c: c.label),
+    "method": ("method", lambda c: c.name),
+    "decode": ("decode", _key("tokens_per_second", _num("{:.1f} tok/s"))),
+    "tok/s": ("tok/s", _key("tokens_per_second", _num("{:.2f}"))),
+    "vs ar": ("vs `ar`", _key("ratio_vs_ar", _ratio)),
+    "ttft": ("time to first token", _key("ttft_seconds", lambda x: "-" if not x else f"{x:.1f} s")),
+    "e2e": ("end to end, per prompt", _key("e2e_seconds", lambda x: "-" if not x else f"{x:.1f} s")),
+    "e2e vs ar": ("e2e vs `ar`", _e2e_ratio),
+    "done": ("task check", _done),  # the header is the check's: edits done, schema-valid, pass@1
+    "done ci": ("95% CI (Wilson)", _done_ci),
+    "diff": ("vs `ar`, points (paired 95% CI)", _diff),
+    "calls/tok": ("target calls / token", _key("target_calls_per_token", _num("{:.3f}"))),
+    "draft acc": ("draft acceptance", _key("draft_accept", _num("{:.2f}"))),
+    "pred": ("pred tok/s", _key("predicted_tps", _num("{:.2f}"))),
+    "cost model": ("cost model, tok/s", _cost_model),
+    "flat": ("flat-cost pred", _key("predicted_ratio_flat", _ratio)),
+    "kept": ("kept", _key("kept", _num("{:d}"))),
+    "run len": ("run len", _run_length),
+    "time split": ("time d/t/v/o %", _time_split),
+    "rouge": ("ROUGE-L vs `ar`", _key("rouge_l", _num("{:.3f}"))),
+    "exact": ("exact vs `ar`", _key("exact_match", _num("{:.2f}"))),
+    "identical": ("identical to `ar`", _identical),
+    "logprob": ("tgt logprob/tok", _key("mean_logprob", _num("{:.3f}"))),
+    "eta": ("eta_FP", _key("eta_fp", _num("{:.3f}"))),
+    "tv": ("TV drift/tok", _tv),
+    "fp mass": ("FP mass/tok", _key("fp_mass", _num("{:.4f}"))),
+    "verifier ms": ("verifier ms / drafted token", _verifier_ms),
+    "forced": ("tokens the grammar gave", _key("forced_share", _num("{:.1%}"))),
+    "fields": ("field accuracy", _fields(0)),
+    "fields rest": (f"field accuracy without {_without}", _fields(1)),
+    "cut": ("cut by length", _key("structured_length", _num("{:d}"))),
+    "fenced": ("valid in a code block", _key("structured_fenced", _num("{:d}"))),
+    "tokens/prompt": ("tokens a prompt", lambda c: _num("{:.1f}")(c.get("new_tokens") / c.get("prompts"))
+                      if c.row else "-"),
+    "decode s/prompt": ("decode s a prompt", _decode_per_prompt),
+    "plans": ("plans run (`auto`: prompts)", _plans),
+}
+
+
+def _split(spec: str) -> tuple[str, str | None, bool]:
+    """A column's spec: (column, selection or None, shown only when some row has a value)."""
+    optional = spec.endswith("?")
+    name, _, sel = spec.rstrip("?").partition("@")
+    if name not in COLUMNS:
+        raise SystemExit(f"no column named {name!r} in tools/render_tables.py")
+    return name, sel or None, optional
+
+
+def _row(line: list[str]) -> str:
+    return "| " + " | ".join(line) + " |"
+
+
+def render_table(table: Table, where: dict[str, tuple[str, str, str]]) -> str:
+    names = {**NAMES, **dict(table.names)}
+    headers = dict(table.headers)
+    labels = table.labels or ("",) * len(table.files)
+    captions, body = [], []  # body: (cells per column spec) per row
+    columns = [_split(spec) for spec in table.columns]
+    for file, label in zip(table.files, labels, strict=True):
+        data = load(file)
+        rows = summary_rows(data, table.workload)
+        if table.methods:
+            by = {r["method"]: r for r in rows}
+            rows = [by[m] for m in table.methods if m in by]
+        if not rows:
+            raise SystemExit(f"results/{file}: none of the rows {table.methods}")
+        for row in rows:
+            cells = []
+            for name, sel, _ in columns:
+                at = row if sel is None else next(
+                    (r for r in summary_rows(data, sel) if r["method"] == row["method"]), None)
+                cell = Cell(at, data, sel if sel is not None else table.workload, label,
+                            names.get(row["method"], f"`{row['method']}`"))
+                cells.append((COLUMNS[name][1](cell), at))
+            body.append(cells)
+        group = f" of the `{table.workload}` group" if table.workload else ""
+        text = caption(file, f"{rows[0]['prompts']} prompts{group}", where, data)
+        captions.append(f"{label}: {text}" if table.labels else text)
+    keep = [i for i, (_, _, optional) in enumerate(columns)
+            if not optional or any(row[i][0] != "-" for row in body)]
+    header = []
+    for i in keep:
+        spec, (name, sel, _) = table.columns[i].rstrip("?"), columns[i]
+        default = COLUMNS[name][0]
+        if name == "done":
+            default = next((c[2] for row in body if (c := _check(row[i][1]))), default)
+        header.append(headers.get(spec, default if sel is None else f"{default}, {sel}"))
+    lines = [_row(header), "|" + "---|" * len(header)]
+    lines += [_row([row[i][0] for i in keep]) for row in body]
+    return "\n\n".join(captions) + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def render_curves(table: Curves, where: dict[str, tuple[str, str, str]]) -> str:
+    data = load(table.file)
+    costs = data["cost_model"]
+    lines = [_row(["model, rows"] + [f"n={n}" if i == 0 else str(n) for i, n in enumerate(table.sizes)]),
+             "|" + "---|" * (len(table.sizes) + 1)]
+    for model, rows, name in table.rows:
+        curve = costs[model][f"{rows}_row_ms" if rows == "last" else f"{rows}_rows_ms"]
+        lines.append(_row([name] + [_ms(curve.get(str(n))) for n in table.sizes]))
+    what = "ms per decode call of n tokens after 64 tokens of context (the bench's cost table)"
+    text = caption(table.file, what, where, data)
+    return text + "\n\n" + "\n".join(lines) + "\n"
+
+
+def render_depths(table: Depths, where: dict[str, tuple[str, str, str]]) -> str:
+    data = load(table.file)
+    costs = data["cost_model"]
+    depths = ["64"] + sorted(costs["target"].get("after_depth", {}), key=int)
+
+    def cell(model: str, depth: str) -> str:
+        curve = costs[model] if depth == "64" else costs[model]["after_depth"][depth]
+        one = curve["last_row_ms"].get("1")
+        parts = [_ms(one)]
+        for n in (32, 64):
+            x = curve["all_rows_ms"].get(str(n))
+            parts.append("-" if x is None else f"{x:,.0f} ({x / n:.1f})")
+        return " / ".join(parts)
+
+    lines = [_row(["model"] + [f"d = {int(d):,}" if i == 0 else f"{int(d):,}" for i, d in enumerate(depths)]),
+             "|" + "---|" * (len(depths) + 1)]
+    lines += [_row([name] + [cell(model, d) for d in depths]) for model, name in table.names]
+    what = ("ms per call after d tokens of context: one token / 32 tokens with every row / 64 with every row "
+            "(ms per row), the bench's cost table")
+    text = caption(table.file, what, where, data)
+    return text + "\n\n" + "\n".join(lines) + "\n"
+
+
+def render_trial(table: Trial, where: dict[str, tuple[str, str, str]]) -> str:
+    data = load(table.file)
+    lines = [_row(["scorer", "threshold (picked on the other half)", "tokens flagged",
+                   "tasks reproduced (held-out halves)"]), "|---|---|---|---|"]
+    for scorer, setting, name in table.rows:
+        key, _, preset = setting.partition(":")
+        got = data["scorers"][scorer][key]
+        if isinstance(got, dict):  # presets: each preset on the whole set
+            parts = [got[preset]] if preset else list(got.values())
+            tasks = ", ".join(p["tasks_reproduced"] for p in parts)
+        else:  # the two held-out halves: their sum
+            parts = got
+            done = [tuple(int(x) for x in p["tasks_reproduced"].split("/")) for p in parts]
+            tasks = f"{sum(k for k, _ in done)}/{sum(n for _, n in done)}"
+        lines.append(_row([name, " / ".join(f"{p['threshold']:.5g}" for p in parts),
+                           " / ".join(f"{p['flag_share']:.1%}" for p in parts), tasks]))
+    what = f"{data['tasks']} edit tasks, {data['tokens']:,} tokens of `ar`'s replies"
+    return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
+
+
+def render(name: str, where: dict[str, tuple[str, str, str]]) -> str:
+    table = TABLES[name]
+    if isinstance(table, Curves):
+        return render_curves(table, where)
+    if isinstance(table, Depths):
+        return render_depths(table, where)
+    if isinstance(table, Trial):
+        return render_trial(table, where)
+    return render_table(table, where)
+
+
+# ---------------------------------------------------------------------------------------------
+# pages
+
+
+def render_text(text: str, page: str, where: dict[str, tuple[str, str, str]]) -> str:
+    """`text` (the page `page`, relative to the repository root) with every table rendered."""
+    prefix = "../" * page.count("/")
 
     def block(m: re.Match[str]) -> str:
         name = m.group(2)
         if name not in TABLES:
-            raise SystemExit(f"{path.relative_to(ROOT)}: no table named {name!r} in tools/render_tables.py")
-        body = render(name, TABLES[name], where).replace("](results/", f"]({prefix}results/")
+            raise SystemExit(f"{page}: no table named {name!r} in tools/render_tables.py")
+        body = render(name, where).replace("](results/", f"]({prefix}results/")
         return m.group(1) + body + m.group(4)
 
     return BLOCK.sub(block, text)
+
+
+def blocks(text: str) -> dict[str, str]:
+    """A page's rendered blocks: table name -> its text."""
+    return {m.group(2): m.group(3) for m in BLOCK.finditer(text)}
+
+
+def cited_files(text: str) -> set[str]:
+    """The raw files the rendered blocks of a page cite."""
+    return {f for body in blocks(text).values() for f in CITED.findall(body)}
+
+
+def stale(page: str, text: str, where: dict[str, tuple[str, str, str]]) -> str:
+    """The difference between a page's text and its rendering ("" when none)."""
+    new = render_text(text, page, where)
+    return "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), page, page))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,21 +728,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 when a page differs from what is rendered")
     args = p.parse_args(argv)
     where = index()
-    stale = 0
+    out_of_date = 0
     for page in PAGES:
         path = ROOT / page
         old = path.read_text(encoding="utf-8")
-        new = rendered_page(path, where)
-        if new == old:
-            continue
         if args.check:
-            stale += 1
-            diff = difflib.unified_diff(old.splitlines(True), new.splitlines(True), page, page)
-            sys.stdout.writelines(diff)
-        else:
+            diff = stale(page, old, where)
+            if diff:
+                out_of_date += 1
+                sys.stdout.write(diff)
+            continue
+        new = render_text(old, page, where)
+        if new != old:
             path.write_text(new, encoding="utf-8")
             print(f"rendered {page}")
-    return 1 if stale else 0
+    return 1 if out_of_date else 0
 
 
 if __name__ == "__main__":
