@@ -49,13 +49,18 @@ SERVER_CONFIGS: dict[str, tuple[tuple[str, ...], bool]] = {
                                   "--spec-draft-p-min", "0.75"), True),
     "llama-server-ngram-mod": (("--spec-type", "ngram-mod"), False),
     "llama-server-ngram-simple": (("--spec-type", "ngram-simple"), False),
+    # the best of a sweep of llama.cpp's n-gram and draft settings on the edit tasks' tuning
+    # split (results/bench-results-anchor-sweep.json: 1.45x ar; ngram-simple's defaults 1.43x)
+    "llama-server-ngram-simple-tuned": (("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "6",
+                                         "--spec-ngram-simple-size-m", "32"), False),
 }
 SERVER_METHODS = tuple(SERVER_CONFIGS)
 # a configuration's own options, named after its --spec-type's option family: a row
 # `llama-server-ngram-mod[n-match=16,n-min=8]` adds `--spec-ngram-mod-n-match 16
 # --spec-ngram-mod-n-min 8` (a sweep of llama.cpp's settings is a bench run over such rows)
 OPTION_FAMILY = {"llama-server-draft": "draft", "llama-server-draft-tuned": "draft",
-                 "llama-server-ngram-mod": "ngram-mod", "llama-server-ngram-simple": "ngram-simple"}
+                 "llama-server-ngram-mod": "ngram-mod", "llama-server-ngram-simple": "ngram-simple",
+                 "llama-server-ngram-simple-tuned": "ngram-simple"}
 _SET = re.compile(r"([\w-]+)\[([^\]]*)\]")
 _OPTION = re.compile(r"([a-z][a-z0-9-]*)=([\w.]+)")
 PLAIN = "llama-server"

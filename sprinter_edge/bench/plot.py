@@ -17,7 +17,7 @@ _COLORS = {"ar": "black", "auto": "tab:brown", "sd": "tab:blue", "sprinter": "ta
            "llama-cpp-draft": "tab:olive", "llama-cpp-lookup": "tab:cyan",
            "llama-server": "darkgreen", "llama-server-draft": "darkolivegreen",
            "llama-server-draft-tuned": "yellowgreen", "llama-server-ngram-mod": "teal",
-           "llama-server-ngram-simple": "darkcyan"}
+           "llama-server-ngram-simple": "darkcyan", "llama-server-ngram-simple-tuned": "cadetblue"}
 
 
 def _marker(method: str) -> str:
