@@ -114,8 +114,8 @@ def test_evidence_is_kept_per_kind_and_close_plans_are_probed() -> None:
     planner.observe_time(first, 400, 400 * 0.95 * 30 / 1e3, "edit")  # later replies: 0.95x ar
     nxt, _ = planner.best("edit")
     assert nxt.method in ("ar", "staged")  # staged's prior (1.6x ar on edits) beats lookup's 0.95x now
-    for p in planner.plans("edit"):  # measured slower: the best is kept, no more probes
-        if p.method in ("ar", "staged"):
+    for p in planner.plans("edit"):  # ar and the drafting plans measured slower: lookup kept
+        if p.method in ("ar", "staged", "splice"):
             planner.observe_time(p, 100, 100 * 1.2 * 30 / 1e3, "edit")
     assert planner.best("edit")[0].method == "lookup"
     # a chat request has its own evidence: nothing measured there yet
