@@ -181,6 +181,12 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         "bench-results-edits-40-49.json",
         columns=("method", "tok/s", "vs ar", "calls/tok", "done", "plans")),
     # edits of whole files
+    "splice-smoke": Table(
+        "bench-results-splice-report-smoke.json",
+        columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
+    "anchor-sweep": Table(
+        "bench-results-anchor-sweep.json",
+        columns=("method", "tok/s", "vs ar", "ttft", "calls/tok", "draft acc", "done")),
     "file-edits-long-calls": Table(
         "bench-results-file-edits-long-calls.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done",
