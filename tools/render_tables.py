@@ -60,6 +60,7 @@ NAMES = {
     "llama-server-draft-tuned": "llama.cpp server `-md`, 16 / p_min 0.75",
     "llama-server-ngram-mod": "llama.cpp server, ngram-mod",
     "llama-server-ngram-simple": "llama.cpp server, ngram-simple",
+    "llama-server-ngram-simple-tuned": "llama.cpp server, ngram-simple 6 / 32 (tuned)",
     "llama-cpp": "llama-cpp-python",
     "llama-cpp-draft": "llama-cpp-python `draft_model=`",
     "llama-cpp-lookup": "llama-cpp-python `LlamaPromptLookupDecoding` (2, 10)",
@@ -67,6 +68,8 @@ NAMES = {
 # edit-verifier-trial.json's names of a setting and a scorer
 NO_FALSE_PASS = "edit preset (no false pass on the fit half)"
 HIDDEN_ON_EDITS = "hidden state + copy features, trained on edits (logreg)"
+# the whole-file report run's edits, one task each, a column each
+REPORT_EDITS = ("rename_parameter", "type_hints", "fstring", "add_docstrings", "reformat")
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -181,6 +184,11 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         "bench-results-edits-40-49.json",
         columns=("method", "tok/s", "vs ar", "calls/tok", "done", "plans")),
     # edits of whole files
+    "file-edits-report": Table(
+        "bench-results-file-edits-report.json",
+        columns=("method", "tok/s", "vs ar", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS), "ttft",
+                 "e2e vs ar", "calls/tok", "done", "plans"),
+        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),

@@ -68,6 +68,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "shipped": ({}, {}),
     "no-anchor": ({"anchor": False}, {}),
     "no-memory": ({"learn_edits": False}, {}),
+    "no-respell": ({"respell": False}, {}),
     "anchor-prior-0.7": ({}, {"anchor_prior": 0.7}),
     "anchor-prior-0.8": ({}, {"anchor_prior": 0.8}),
     "anchor-prior-0.9": ({}, {"anchor_prior": 0.9}),

@@ -126,7 +126,8 @@ class SuffixIndex:
 
 class PromptLookup(Proposer):
     """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs).
-    `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py).
+    `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py);
+    `respell`: a learned rename also at the word's other tokenizations (the target's tokenizer).
     `anchor`: re-anchor after a departure, within `anchor_window` source tokens. `min_match`,
     `max_match`, `spec_factor`: the shortest suffix looked up, the longest compared, the most
     tokens proposed per matched token. The shipped policy is the defaults; the others are
@@ -135,12 +136,14 @@ class PromptLookup(Proposer):
     name = "lookup"
 
     def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
-                 anchor: bool = True, learn_edits: bool = True, anchor_window: int = ANCHOR_WINDOW,
+                 anchor: bool = True, learn_edits: bool = True, respell: bool = True,
+                 anchor_window: int = ANCHOR_WINDOW,
                  min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
         self.learn_edits = learn_edits
+        self.respell = respell
         self.anchor_window = anchor_window
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
@@ -158,7 +161,7 @@ class PromptLookup(Proposer):
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
         self.index.extend(prompt)
-        self.memory = EditMemory(ctx.target)  # the target's tokenizer spells renames
+        self.memory = EditMemory(ctx.target if self.respell else None)  # its tokenizer spells renames
         self._source, self._depart, self._held = None, None, False
 
     def _start(self, seq: list[int]) -> tuple[int, int, int] | None:
