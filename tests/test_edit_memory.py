@@ -138,6 +138,8 @@ def test_a_rename_is_respelled_in_every_tokenization(fixture_engine) -> None:  #
     # not a rename of one word: nothing respelled
     assert EditMemory(model).respell(text, tok(" mode"), tok(" mode + 1")) == 0
     assert EditMemory(None).respell(text, replaced, written) == 0
+    code = tok("if a:\n    x = (if_ok)\n")
+    assert EditMemory(model).respell(code, tok(" if"), tok(" while")) == 0  # a keyword: no rename
 
 
 def test_respelling_raises_acceptance_on_a_rename(fixture_engine) -> None:  # type: ignore[no-untyped-def]

@@ -22,6 +22,7 @@ refused where the target wrote otherwise; one refused more often than accepted i
 from __future__ import annotations
 
 import bisect
+import keyword
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -126,6 +127,8 @@ class EditMemory:
         old = _WORD.fullmatch(b"".join(self.tokenizer.token_bytes(t) for t in replaced))
         new = _WORD.fullmatch(b"".join(self.tokenizer.token_bytes(t) for t in written))
         if old is None or new is None or old.group(2) == new.group(2):
+            return None
+        if keyword.iskeyword(old.group(2).decode()):  # `if` -> `while` is a change of code, no rename
             return None
         if (old.group(1), old.group(3)) != (new.group(1), new.group(3)):
             return None
