@@ -143,10 +143,11 @@ class LlamaServer:
     def __init__(self, name: str, binary: Path, target: Path, *, draft: Path | None = None,
                  n_ctx: int = 4096, n_threads: int | None = None, no_repack: bool = False,
                  startup_timeout: float = STARTUP_TIMEOUT, options: Sequence[str] = ()):
+        """`options`: the row's own llama-server options, after the configuration's."""
         if name not in SERVER_CONFIGS:
             raise ValueError(f"unknown llama-server configuration {name!r}; choose from "
                              f"{', '.join(SERVER_METHODS)}")
-        (options, needs_draft), extra = SERVER_CONFIGS[name], list(options)
+        config_options, needs_draft = SERVER_CONFIGS[name]
         if needs_draft and draft is None:
             raise ServerError(f"{name} needs the pair's draft model (-md); this run has none")
         self.name = name
@@ -154,8 +155,8 @@ class LlamaServer:
         threads = n_threads or os.cpu_count() or 1
         self.port = 0
         self.args: list[str] = ["-m", str(target), "-c", str(n_ctx), "-t", str(threads),
-                                "-tb", str(threads), "-np", "1", "--host", "127.0.0.1", *options,
-                                *extra]
+                                "-tb", str(threads), "-np", "1", "--host", "127.0.0.1",
+                                *config_options, *options]
         if needs_draft and draft is not None:
             self.args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
         if no_repack:  # the engine loads weights without extra buffer types: the same here
