@@ -22,6 +22,7 @@ refused where the target wrote otherwise; one refused more often than accepted i
 from __future__ import annotations
 
 import bisect
+import itertools
 import keyword
 import re
 from collections.abc import Sequence
@@ -81,8 +82,12 @@ class EditMemory:
             if old is not None and old.value == value:
                 old.accepted += 1
             else:
-                self.subs[key] = Substitution(key, value, contextual)
-            self._longest = max(self._longest, len(key))
+                self._add(Substitution(key, value, contextual))
+
+    def _add(self, sub: Substitution) -> None:
+        """Keep `sub` (replacing one of the same key); `apply` looks keys up to the longest."""
+        self.subs[sub.key] = sub
+        self._longest = max(self._longest, len(sub.key))
 
     def respell(self, text: Sequence[int], replaced: Sequence[int], written: Sequence[int]) -> int:
         """Where `written` renames the one word of `replaced` (the same punctuation around it),
@@ -97,9 +102,7 @@ class EditMemory:
         self._renames.add(word)
         old, new = word
         pieces = [self.tokenizer.token_bytes(t) if t >= 0 else b"\0" for t in text]
-        starts = [0]
-        for piece in pieces:
-            starts.append(starts[-1] + len(piece))
+        starts = [0, *itertools.accumulate(map(len, pieces))]  # where each token's bytes begin
         joined = b"".join(pieces)
         added = 0
         for m in re.finditer(rb"(?<!\w)" + re.escape(old) + rb"(?!\w)", joined):
@@ -116,8 +119,7 @@ class EditMemory:
             except UnicodeDecodeError:  # the span cuts a character: its tokens hold part of one
                 continue
             if value and len(value) <= MAX_WRITTEN and tuple(value) != key:
-                self.subs[key] = Substitution(key, tuple(value), contextual=False)
-                self._longest = max(self._longest, len(key))
+                self._add(Substitution(key, tuple(value), contextual=False))
                 added += 1
         return added
 
