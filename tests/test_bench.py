@@ -98,6 +98,22 @@ def test_cost_model_prices_each_call_not_the_mean_call() -> None:
     assert model.predict_seconds(st, flat=True) == pytest.approx(4 * 50 / 1e3)
 
 
+def test_floor_is_every_token_a_row_of_the_cheapest_call_at_its_depth() -> None:
+    """The floor prices each token at the cheapest all-rows cost per row (here 32 or 64 rows
+    at 12.5 ms a row against a 50 ms step: 4x ar), the deeper spans at the deeper table's costs."""
+    from sprinter_edge.costs import CostTable
+
+    table = CostTable(last={1: 50.0, 8: 80.0, 16: 150.0, 32: 300.0, 64: 600.0},
+                      full={1: 50.0, 8: 100.0, 16: 240.0, 32: 400.0, 64: 800.0})
+    model = costmodel.CostModel(table)
+    assert model.floor_ratio([(10, 300)]) == pytest.approx(4.0)
+    assert model.floor_ratio([]) is None
+    # after 1,000 tokens a step costs twice as much and a 32-row call three times: 2 / 3 of it
+    deeper = CostTable(last={1: 100.0}, full={32: 1200.0})
+    table.deep = {1000: deeper, 2000: deeper}
+    assert model.floor_ratio([(1000, 128)]) == pytest.approx(4.0 * 2 / 3, rel=1e-6)
+
+
 @pytest.fixture(scope="module")
 def quick_bench(fixture_target_path: Path, fixture_draft_path: Path,
                 tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:

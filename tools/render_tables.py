@@ -24,7 +24,9 @@ Four kinds of table:
 * `Depths`: the same cost table after deeper contexts.
 * `Trial`: results/edit-verifier-trial.json (`tools/edit_verifier_trial.py`).
 
-Stdlib only. tests/test_docs.py runs --check.
+Stdlib only, but for the floor column (`of floor`: a row's ratio over ar against the floor's,
+every token one row of the cheapest call at its depth), which the package's cost model prices.
+tests/test_docs.py runs --check.
 """
 
 from __future__ import annotations
@@ -186,8 +188,8 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     # edits of whole files
     "file-edits-report": Table(
         "bench-results-file-edits-report.json",
-        columns=("method", "tok/s", "vs ar", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS), "ttft",
-                 "e2e vs ar", "calls/tok", "done", "plans"),
+        columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
+                 "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
         headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
@@ -483,6 +485,29 @@ def _tv(c: Cell) -> str:
     return _num("{:.4f}")(x)
 
 
+def _floor(data: dict, sel: str | None) -> float | None:
+    """The floor's ratio over ar on the selection's ar replies, priced from the file's cost
+    table by the package's own cost model (sprinter_edge/bench/costmodel.py)."""
+    if not data.get("cost_model"):
+        return None
+    sys.path.insert(0, str(ROOT))
+    from sprinter_edge.bench.costmodel import CostModel
+
+    ar = [r["stats"] for r in runs_of(data, "ar", sel) if r.get("stats")]
+    return CostModel.from_dict(data["cost_model"]).floor_ratio(
+        [(s["prompt_tokens"], s["new_tokens"]) for s in ar])
+
+
+def _of_floor(c: Cell) -> str:
+    """vs ar over the floor's ratio: the bench's own figure, or, for a run older than it, the
+    floor priced here from the file's cost table."""
+    x = c.get("of_floor")
+    if x is None and c.get("ratio_vs_ar") is not None:
+        floor = _floor(c.data, c.sel)
+        x = c.row["ratio_vs_ar"] / floor if floor else None
+    return "-" if x is None else f"{x:.0%}"
+
+
 def _verifier_ms(c: Cell) -> str:
     stats = [r["stats"] for r in c.runs() if r.get("stats")]
     drafted = sum(s.get("draft_tokens", 0) for s in stats)
@@ -548,6 +573,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Cell], str]]] = {
     "ttft": ("time to first token", _key("ttft_seconds", lambda x: "-" if not x else f"{x:.1f} s")),
     "e2e": ("end to end, per prompt", _key("e2e_seconds", lambda x: "-" if not x else f"{x:.1f} s")),
     "e2e vs ar": ("e2e vs `ar`", _e2e_ratio),
+    "of floor": ("of this CPU's floor", _of_floor),
     "done": ("task check", _done),  # the header is the check's: edits done, schema-valid, pass@1
     "done ci": ("95% CI (Wilson)", _done_ci),
     "diff": ("vs `ar`, points (paired 95% CI)", _diff),

@@ -11,6 +11,11 @@ measured. A reply known only by its counters (a JSON record) is priced at its me
 draft_calls * d(1, 1) + target_calls * t(n_avg, r_avg) at the reply's mean depth (prompt + half
 the reply), which underprices a mix of long and short calls. The same calls priced with a flat
 cost (a batch costs one token, as on a GPU or Apple Silicon) give the speed-up on such a machine.
+
+The floor of a workload is what an exact method would pay if every proposal were right: each
+token one row of the cheapest all-rows call at its depth (`floor_ratio`: ar's priced time over
+that, the most any exact method can reach on this machine). A method's share of it is its
+measured ratio over ar divided by the floor's.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..costs.pricing import flat_table
-from ..costs.table import SIZES, CostTable, measure
+from ..costs.table import FULL_SIZES, SIZES, CostTable, measure
 from ..decoding import Stats
 from ..decoding.stats import DEPTH_STEP
 
@@ -63,9 +68,27 @@ class CostModel:
         n = sum(st.new_tokens for st in items)
         return n / s if s > 0 and n else 0.0
 
+    def floor_ratio(self, replies: Sequence[tuple[int, int]]) -> float | None:
+        """ar's priced time over the floor's for replies of (prompt tokens, new tokens), each
+        priced in spans of DEPTH_STEP tokens at the span's depth."""
+        ar = floor = 0.0
+        for prompt, new in replies:
+            for start in range(0, new, DEPTH_STEP):
+                tokens = min(DEPTH_STEP, new - start)
+                table = self.target.at(prompt + start + tokens // 2)
+                ar += tokens * table.cost(1)
+                floor += tokens * min(table.all_rows(n) / n for n in FULL_SIZES)
+        return ar / floor if floor > 0 else None
+
     def ar_tps(self) -> float:
         return 1e3 / self.target.cost(1)
 
     def to_dict(self) -> dict:
         return {"target": self.target.to_dict(),
                 "draft": self.draft.to_dict() if self.draft else None}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CostModel:
+        """A bench.json's `cost_model`."""
+        draft = data.get("draft")
+        return cls(CostTable.from_dict(data["target"]), CostTable.from_dict(draft) if draft else None)

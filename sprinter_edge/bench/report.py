@@ -13,6 +13,7 @@ COLUMNS = (
     ("e2e_seconds", "end-to-end s", "{:.2f}"),
     ("ratio_vs_ar", "vs ar", "{:.2f}x"),
     ("ratio_vs_plain", "vs own plain", "{:.2f}x"),
+    ("of_floor", "of floor", "{:.0%}"),
     ("predicted_tps", "pred tok/s", "{:.2f}"),
     ("predicted_ratio_flat", "flat-cost pred", "{:.2f}x"),
     ("target_calls_per_token", "tgt calls/tok", "{:.3f}"),
@@ -76,7 +77,7 @@ COLUMN_HELP = (
 # the per-workload tables: speed, first token, work and the task-level quality columns
 # (a column no row of the group has is left out)
 GROUP_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
-    "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain", "ttft_seconds", "e2e_seconds",
+    "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain", "of_floor", "ttft_seconds", "e2e_seconds",
     "target_calls_per_token", "draft_accept", "pass_at_1", "pass_ci", "pass_diff", "edit_pass",
     "edit_done", "edit_ci", "file_edit_pass", "file_edit_done", "file_edit_ci", "structured_done",
     "structured_length", "structured_accuracy", "forced_share", "rouge_l", "exact_match"))
@@ -155,6 +156,11 @@ def group_tables(groups: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def _floor_text(rows: Sequence[dict]) -> str:
+    floor = next((r["floor_ratio"] for r in rows if r.get("floor_ratio")), None)
+    return f"{floor:.2f}x ar on these replies" if floor else "not priced: no cost table"
+
+
 def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "bench.json", out / "bench.md"
@@ -173,7 +179,10 @@ def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Pat
              "model the method uses (llama-cpp rows: the client's time to the first streamed token; "
              "llama-server rows: its timings.prompt_ms). end-to-end s: mean seconds from the request "
              "to the last token, the prompt read included. "
-             "draft acc: llama-server's draft_n_accepted / draft_n.",
+             "draft acc: llama-server's draft_n_accepted / draft_n. of floor: vs ar over the "
+             "floor's ratio, the floor being every token one row of the cheapest all-rows call at "
+             "its depth on this machine's cost table (the most an exact method can reach here; "
+             f"{_floor_text(rows)}).",
              "", COLUMN_HELP, "", *group_tables(data.get("groups") or {})]
     if any(r.get("edit_by_kind") for r in rows):
         lines += ["## edit tasks passed, by kind", "",

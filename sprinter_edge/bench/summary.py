@@ -153,7 +153,19 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         plain = plain_rows.get(PLAIN_PEER.get(base_method_of(r), ""))
         r["ratio_vs_plain"] = r["tokens_per_second"] / plain["tokens_per_second"] \
             if plain and plain["tokens_per_second"] else None
+    floor = _floor(records, cost)
+    if floor is not None:
+        for r in rows:
+            r["floor_ratio"] = floor
+            r["of_floor"] = r["ratio_vs_ar"] / floor if r["ratio_vs_ar"] is not None else None
     return rows
+
+
+def _floor(records: Sequence[RunRecord], cost: CostModel | None) -> float | None:
+    """The floor's ratio over ar on ar's replies (CostModel.floor_ratio); None without costs."""
+    replies = [(r._stats.prompt_tokens, r._stats.new_tokens) for r in records
+               if r.method == "ar" and r._stats is not None]
+    return cost.floor_ratio(replies) if cost is not None and replies else None
 
 
 def summarize_groups(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
