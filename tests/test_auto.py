@@ -150,6 +150,32 @@ def test_a_few_slow_tokens_do_not_rule_a_plan_out() -> None:
     assert ran[0] != "lookup" and ran[-1] == "lookup" and "probing" in why
 
 
+def test_a_reply_that_copies_little_soon_leaves_the_copy_plan() -> None:
+    """Earlier edits (renames, say) measured lookup at half ar's time; this reply (a reformat,
+    say) measures it 30% slower than ar: within the reply its own clock decides (earlier
+    replies count as REPLY_CARRY tokens), and the next reply starts from the kind's history."""
+    planner = Planner.of(table(30, 1.0), None)  # no draft: ar or lookup
+    lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
+    planner.observe_time(lookup, 2000, 2000 * 0.5 * 30 / 1e3, "edit")  # earlier replies
+    planner.start_reply()
+    assert planner.best("edit")[0].method == "lookup"
+    planner.observe_time(lookup, 96, 96 * 1.3 * 30 / 1e3, "edit")  # this reply
+    assert planner.best("edit")[0].method == "ar"
+    planner.start_reply()
+    assert planner.best("edit")[0].method == "lookup"
+
+
+def test_measured_times_are_kept_against_ar_at_their_depth() -> None:
+    """A plan's measured time is a ratio to ar's step at the depth it ran: 45 ms a token after
+    2,000 tokens, where ar's step costs 60, is as fast (0.75x ar's time) as 22.5 ms after 64."""
+    t = table(30, 1.0)
+    t.deep = {2000: CostTable(last={1: 60.0}, full={1: 60.0})}
+    planner = Planner.of(t, None)
+    lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
+    planner.observe_time(lookup, 400, 400 * 45 / 1e3, "edit", depth=2000)
+    assert planner.measured[("edit", "lookup")].value == pytest.approx(0.75, rel=0.02)
+
+
 # ---------------------------------------------------------------------------- the engine
 
 

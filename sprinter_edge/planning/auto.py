@@ -16,6 +16,7 @@ the next one starts from what this one learned.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -24,6 +25,8 @@ from ..decoding import DecodeContext, Plan, Stats, Step, Strategy
 from ..decoding.loop import LoopStrategy, run_loop
 from ..decoding.proposers.base import Proposer
 from .planner import Planner, strategy_of
+
+log = logging.getLogger(__name__)
 
 REPLAN_EVERY = 16  # tokens between looks at the evidence
 SWITCH_GAIN = 0.05  # a switch must be predicted >= 5% faster for the rest of the reply
@@ -57,6 +60,7 @@ class Auto(Strategy):
     def prefill_models(self, ctx: DecodeContext) -> list[LlamaModel]:
         """Decide the first plan, then read the prompt only with the models it uses."""
         planner = self._planner()
+        planner.start_reply()
         prompt = ctx.sampler.prompt or []
         self.plan, why = planner.opening(ctx.kind, ctx.approximate_ok, ctx.stats.prompt_tokens,
                                          ctx.max_new_tokens, ctx.draft_behind(prompt[:-1]))
@@ -69,7 +73,8 @@ class Auto(Strategy):
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:
         planner = self._planner()
         stats, trace = ctx.stats, ctx.stats.trace
-        if self.plan is None:
+        if self.plan is None:  # the reply did not start with prefill_models
+            planner.start_reply()
             self.plan, trace.plan_reason = planner.best(ctx.kind, ctx.approximate_ok, len(prompt))
         seq = list(prompt)
         while True:
@@ -116,15 +121,18 @@ class Auto(Strategy):
                        seq: list[int]) -> tuple[Plan, str] | None:
         best, why = planner.best(ctx.kind, ctx.approximate_ok, len(seq))
         if best.label == plan.label:
+            log.debug("%d tokens: keep %s (%s)", len(seq), plan.label, why)
             return None
         current_ms = planner.ms_of(plan, ctx.kind, len(seq))
         # a draft not loaded yet reads the whole sequence (its load time is not priced)
         behind = ctx.draft_behind(seq) if strategy_of(best).uses_draft else 0
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
-        if gain_ms <= planner.switch_ms(behind, to_draft=True, depth=len(seq)) or \
-                best.ms_per_token > current_ms * (1 - SWITCH_GAIN):
-            return None
-        return best, f"switched from {plan.label}: {why}"
+        catch_up_ms = planner.switch_ms(behind, to_draft=True, depth=len(seq))
+        keep = gain_ms <= catch_up_ms or best.ms_per_token > current_ms * (1 - SWITCH_GAIN)
+        log.debug("%d tokens: %s %.1f ms/token, %s %.1f (%s); gain %.0f ms, catch-up %.0f ms: %s",
+                  len(seq), plan.label, current_ms, best.label, best.ms_per_token, why, gain_ms,
+                  catch_up_ms, "keep" if keep else "switch")
+        return None if keep else (best, f"switched from {plan.label}: {why}")
 
 
 def _proposer(ctx: DecodeContext, plan: Plan) -> Proposer:

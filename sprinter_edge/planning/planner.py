@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..costs import Costs, CostTable, Evidence, Rate
+from ..costs.evidence import PLAN_MEMORY
 from ..decoding import STRATEGIES, Plan, PriceInputs, RoundPrice, Strategy
 from ..decoding.ar import Autoregressive
 
@@ -36,6 +37,11 @@ PROBE_WITHIN = 0.15  # probe a plan predicted within 15% of the best ...
 PROBE_TOKENS = 48  # ... until it has run this many tokens on this kind of request: until then
 # its prior decides whether it is close (a few measured tokens at a reply's start copy nothing)
 MARGIN = 0.05  # a speculative plan must be predicted >= 5% faster than ar to be chosen
+# Within a reply, what a plan measured on earlier replies of its kind counts as at most this
+# many tokens once the reply has measured it too: requests of one kind differ (a rename copies
+# nearly every line, a reformat almost none), so the reply's own clock soon decides
+REPLY_CARRY = 64.0
+PREDICTION_WEIGHT = 8.0  # the cost model's prediction, in measured tokens
 BASELINE = Autoregressive()
 
 
@@ -55,9 +61,11 @@ class Planner:
     allow_approximate: bool = True  # approximate plans may be candidates (when the caller allows)
     # measured / predicted time per method (1 = the cost model is right)
     efficiency: dict[str, Rate] = field(default_factory=dict)
-    # per kind of request: measured ms per token of each plan label, and tokens it ran
+    # per kind of request: each plan label's measured time per token over ar's step at the
+    # same depth (a ratio: replies run at different depths), and the tokens it ran
     measured: dict[tuple[str, str], Rate] = field(default_factory=dict)
     ran: dict[tuple[str, str], int] = field(default_factory=dict)
+    reply: dict[str, Rate] = field(default_factory=dict)  # the same, this reply's (`start_reply`)
 
     @classmethod
     def of(cls, target: CostTable, draft: CostTable | None = None, **kwargs: Any) -> Planner:
@@ -117,7 +125,7 @@ class Planner:
         `measured` off: the predictions alone, before what each plan measured on this kind of
         request."""
         def kind_ms(label: str, predicted: float) -> float:
-            return self._kind_ms(kind, label, predicted) if measured else predicted
+            return self._kind_ms(kind, label, predicted, depth) if measured else predicted
 
         inputs = self.inputs(kind, depth)
         base = BASELINE.plan()
@@ -133,13 +141,22 @@ class Planner:
                 out.append(replace(plan, ms_per_token=kind_ms(plan.label, ms)))
         return sorted(out, key=lambda p: p.ms_per_token)
 
-    def _kind_ms(self, kind: str, label: str, predicted: float) -> float:
-        """What this plan measured on this kind of request, the prediction worth a few tokens."""
-        r = self.measured.get((kind, label))
-        if r is None:
-            return predicted
-        w = min(r.weight, 512.0)
-        return (r.value * w + predicted * 8.0) / (w + 8.0)
+    def _kind_ms(self, kind: str, label: str, predicted: float, depth: int) -> float:
+        """What this plan measured on this reply and on earlier ones of this kind (those worth
+        REPLY_CARRY tokens once this reply measured it), the prediction worth a few tokens."""
+        step = self._ar_step(depth)
+        parts = [(predicted / step, PREDICTION_WEIGHT)]
+        own, earlier = self.reply.get(label), self.measured.get((kind, label))
+        if earlier is not None:
+            parts.append((earlier.value, min(earlier.weight, REPLY_CARRY if own else PLAN_MEMORY)))
+        if own is not None:
+            parts.append((own.value, own.weight))
+        return step * sum(v * w for v, w in parts) / sum(w for _, w in parts)
+
+    def _ar_step(self, depth: int) -> float:
+        """ar's priced ms per token after `depth` tokens: the yardstick measured times are kept
+        against."""
+        return max(self.raw_ms(BASELINE.plan(), depth), 1e-9)
 
     def best(self, kind: str = "chat", approximate: bool = False, depth: int = 0) -> tuple[Plan, str]:
         """The plan to run and why: the fastest predicted after `depth` tokens of context (a
@@ -212,14 +229,16 @@ class Planner:
             # timed while something else held the CPU would make every other plan look fast for
             # good (ar would not run again on this kind of request to correct it)
             return
-        r = self.measured.get(key)
-        if r is None:
-            self.measured[key] = Rate(ms, float(tokens))
-        else:
-            r.add(ms, tokens)
+        ratio = ms / self._ar_step(depth)
+        self.measured.setdefault(key, Rate(ratio, 0.0)).add(ratio, tokens)
+        self.reply.setdefault(plan.label, Rate(ratio, 0.0)).add(ratio, tokens)
         price = strategy_of(plan).price(plan, self.inputs(kind, depth))
         if price is not None:  # a priced model, not a prior: how far off it was
             self.efficiency.setdefault(plan.method, Rate(1.0, 8.0)).add(ms / price.ms_per_token, tokens)
+
+    def start_reply(self) -> None:
+        """A new reply: what plans measure from now on is also this reply's own evidence."""
+        self.reply = {}
 
     def switch_ms(self, tokens_behind: int, to_draft: bool, depth: int = 0) -> float:
         """The one-off cost of catching a model up on `tokens_behind` tokens."""
