@@ -8,6 +8,7 @@ the output exact (the fixture's kernels are batch-invariant, so greedy sd == ar 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from scripted_planner import Scripted
@@ -16,6 +17,7 @@ from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.costs.table import CostTable, machine_costs
 from sprinter_edge.decoding.sd import ACCEPT, Speculative
 from sprinter_edge.decoding.sprinter import FLAG_RATE, FLAGGED_ACCEPT, PRIORS
+from sprinter_edge.planning.auto import Auto
 from sprinter_edge.planning.planner import Plan, Planner, strategy_of
 from sprinter_edge.verifiers.operating_point import OperatingPoint
 
@@ -163,6 +165,38 @@ def test_a_reply_that_copies_little_soon_leaves_the_copy_plan() -> None:
     assert planner.best("edit")[0].method == "ar"
     planner.start_reply()
     assert planner.best("edit")[0].method == "lookup"
+
+
+def test_one_slow_reply_does_not_rule_the_copy_out_for_its_kind() -> None:
+    """Report split, whole files: a reformat measured lookup at 1.1x ar's time over 1,400
+    tokens, and `auto` then ran the next five edits (renames and f-strings among them, where
+    llama.cpp's n-gram copy ran 2.3x) as ar. A plan without the draft costs nothing to try, so
+    every reply probes it until it has run PROBE_TOKENS tokens there; its clock then decides."""
+    planner = Planner.of(table(30, 1.0), None)
+    lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
+    planner.observe_time(lookup, 1400, 1400 * 1.1 * 30 / 1e3, "edit")  # the reformat
+    planner.start_reply()
+    plan, why = planner.best("edit")
+    assert plan.method == "lookup" and "probing" in why
+    planner.observe_time(lookup, 48, 48 * 0.5 * 30 / 1e3, "edit")  # this reply copies
+    assert planner.best("edit")[0].method == "lookup"
+    planner.start_reply()
+    planner.observe_time(lookup, 48, 48 * 1.3 * 30 / 1e3, "edit")  # this one does not
+    assert planner.best("edit")[0].method == "ar"
+
+
+def test_an_unmeasured_drafting_plan_is_no_ground_for_a_catch_up() -> None:
+    """Whole files: 80 tokens into a reply `auto` left lookup for staged, on staged's prior
+    alone, and paid the draft's 19 s read of 1,800 tokens. Mid-reply, a plan whose draft is
+    behind is switched to only once it is measured on the kind."""
+    planner = Planner.of(table(30, 0.05), table(6, 0.05))
+    lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
+    planner.observe_time(lookup, 200, 200 * 1.2 * 30 / 1e3, "edit")  # lookup runs slow here
+    best = planner.best("edit", depth=1800)[0]
+    assert strategy_of(best).uses_draft and planner.unproven("edit", best)
+    ctx = SimpleNamespace(kind="edit", approximate_ok=False, remaining=1900,
+                          draft_behind=lambda seq: len(seq))
+    assert Auto._should_switch(ctx, planner, lookup, [0] * 1800) is None
 
 
 def test_measured_times_are_kept_against_ar_at_their_depth() -> None:

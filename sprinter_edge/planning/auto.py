@@ -126,6 +126,12 @@ class Auto(Strategy):
         current_ms = planner.ms_of(plan, ctx.kind, len(seq))
         # a draft not loaded yet reads the whole sequence (its load time is not priced)
         behind = ctx.draft_behind(seq) if strategy_of(best).uses_draft else 0
+        if behind and planner.unproven(ctx.kind, best):
+            # its speed is a prior until measured: no ground for a catch-up that may cost more
+            # than the rest of the reply (a probe of a drafting plan is for a reply's opening)
+            log.debug("%d tokens: keep %s, %s is unmeasured on %s requests and the draft is %d "
+                      "tokens behind", len(seq), plan.label, best.label, ctx.kind, behind)
+            return None
         gain_ms = (current_ms - best.ms_per_token) * max(ctx.remaining, 0)
         catch_up_ms = planner.switch_ms(behind, to_draft=True, depth=len(seq))
         keep = gain_ms <= catch_up_ms or best.ms_per_token > current_ms * (1 - SWITCH_GAIN)

@@ -165,13 +165,14 @@ class Planner:
         plans = self.plans(kind, approximate, depth=depth)
         ar = next(p for p in plans if p.method == BASELINE.name)
         best = plans[0]
-        if self.ran.get((kind, best.label), 0) >= PROBE_TOKENS:
+        if best.method == BASELINE.name or self.ran.get((kind, best.label), 0) >= PROBE_TOKENS:
+            # (ar needs no run to be believed: it is priced by this machine's measured step)
             # a plan not yet run PROBE_TOKENS tokens here is judged by the better of its
             # prediction and its prior: a few tokens are no measurement
             prior = {p.label: p.ms_per_token
                      for p in self.plans(kind, approximate, measured=False, depth=depth)}
             unproven = [(min(p.ms_per_token, prior[p.label]), p) for p in plans[1:]
-                        if strategy_of(p).judged_by_runs and self.ran.get((kind, p.label), 0) < PROBE_TOKENS]
+                        if strategy_of(p).judged_by_runs and self.unproven(kind, p)]
             close = [(ms, p) for ms, p in unproven if ms <= best.ms_per_token * (1 + PROBE_WITHIN)]
             if close:
                 p = min(close, key=lambda c: c[0])[1]
@@ -186,6 +187,16 @@ class Planner:
             return ar, why
         return best, (f"predicted {ar.ms_per_token / best.ms_per_token:.2f}x ar on {kind} requests "
                       f"({best.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tok/s)")
+
+    def unproven(self, kind: str, plan: Plan) -> bool:
+        """Not measured enough to be judged by its clock: fewer than PROBE_TOKENS run on this kind
+        of request, or, for a plan without the draft (trying it catches nothing up), on this
+        reply: requests of one kind differ, and one reformat that copied little must not rule
+        the copy out for every later edit."""
+        if self.ran.get((kind, plan.label), 0) < PROBE_TOKENS:
+            return True
+        own = self.reply.get(plan.label)
+        return not strategy_of(plan).uses_draft and (own is None or own.weight < PROBE_TOKENS)
 
     def opening(self, kind: str, approximate: bool, prompt_tokens: int, reply_tokens: int,
                 draft_behind: int) -> tuple[Plan, str]:
