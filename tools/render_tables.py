@@ -72,6 +72,7 @@ NO_FALSE_PASS = "edit preset (no false pass on the fit half)"
 HIDDEN_ON_EDITS = "hidden state + copy features, trained on edits (logreg)"
 # the whole-file report run's edits, one task each, a column each
 REPORT_EDITS = ("rename_parameter", "type_hints", "fstring", "add_docstrings", "reformat")
+SWEEP_EDITS = ("rename_parameter", "type_hints", "fstring", "reformat")  # the whole-file sweep's
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -191,12 +192,27 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
                  "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
         headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
+    "file-edits-report-10": Table(
+        "bench-results-file-edits-report-10.json",
+        columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
+                 "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
+        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
+    "file-edits-report-10-before": Table(
+        "bench-results-file-edits-report-10-before.json",
+        columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
+                 "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
+        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
     "anchor-sweep": Table(
         "bench-results-anchor-sweep.json",
         columns=("method", "tok/s", "vs ar", "ttft", "calls/tok", "draft acc", "done")),
+    "file-edit-sweep": Table(
+        "bench-results-file-edit-sweep.json",
+        columns=("method", "tok/s", "vs ar", *(f"vs ar@id:file_edit/{e}/" for e in SWEEP_EDITS), "ttft",
+                 "calls/tok", "draft acc", "done"),
+        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in SWEEP_EDITS)),
     "file-edits-long-calls": Table(
         "bench-results-file-edits-long-calls.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done",
