@@ -23,5 +23,8 @@ class Scripted(Planner):
                 draft_behind: int) -> tuple[Plan, str]:
         return self.best(kind, approximate, prompt_tokens)  # the script, whatever the prompt
 
+    def unproven(self, kind: str, plan: Plan) -> bool:
+        return False  # the script decides, measured or not
+
     def ms_of(self, plan: Plan, kind: str = "chat", depth: int = 0) -> float:
         return plan.ms_per_token * 10
