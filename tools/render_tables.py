@@ -73,6 +73,10 @@ HIDDEN_ON_EDITS = "hidden state + copy features, trained on edits (logreg)"
 # the whole-file report run's edits, one task each, a column each
 REPORT_EDITS = ("rename_parameter", "type_hints", "fstring", "add_docstrings", "reformat")
 SWEEP_EDITS = ("rename_parameter", "type_hints", "fstring", "reformat")  # the whole-file sweep's
+# the report runs' columns: a column per edit, the tasks of each edit together
+REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
+                  "ttft", "e2e vs ar", "calls/tok", "done", "plans")
+REPORT_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -189,19 +193,13 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     # edits of whole files
     "file-edits-report": Table(
         "bench-results-file-edits-report.json",
-        columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
-                 "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
-        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
+        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
     "file-edits-report-10": Table(
         "bench-results-file-edits-report-10.json",
-        columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
-                 "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
-        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
+        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
     "file-edits-report-10-before": Table(
         "bench-results-file-edits-report-10-before.json",
-        columns=("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
-                 "ttft", "e2e vs ar", "calls/tok", "done", "plans"),
-        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)),
+        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
