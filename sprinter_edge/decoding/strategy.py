@@ -142,7 +142,7 @@ class Strategy(ABC):
         return []
 
     def price(self, plan: Plan, inputs: PriceInputs) -> RoundPrice | None:
-        """`plan`'s expected round from costs and evidence; None: priced by `prior_speedup`."""
+        """`plan`'s expected round from costs and evidence; None: priced by `prior_ms`."""
         return None
 
     def learn(self, evidence: Evidence, done: dict[str, int]) -> None:  # noqa: B027 (optional)
@@ -152,6 +152,12 @@ class Strategy(ABC):
     def prior_speedup(self, kind: str) -> float:
         """Before it has run on this kind of request: its speed over `ar`'s (unpriced methods)."""
         return 1.0
+
+    def prior_ms(self, kind: str, ar_ms: float, inputs: PriceInputs, known: Mapping[str, float]) -> float:
+        """Before it has run on this kind of request: its ms per token (unpriced methods), from
+        `ar_ms` and `prior_speedup`. `known`: the planner's estimates, measured where they ran,
+        of the methods priced before it (the registry's order), for a method that extends one."""
+        return ar_ms / self.prior_speedup(kind)
 
     @abstractmethod
     def run(self, ctx: DecodeContext, prompt: list[int]) -> Iterator[Step]:

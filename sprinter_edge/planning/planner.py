@@ -5,7 +5,8 @@ Candidates: every registered strategy's plans (`Strategy.plans`: `ar`, `sd` per 
 `lookup`, `staged`, and `sprinter` per run cap only when the caller allows an approximate
 operating point), each priced by its strategy from this machine's costs and the evidence so
 far (`Strategy.price`), or, for a method whose speed is learned by running it, from a prior
-speed-up over `ar`. Evidence is kept per kind of request (edit, code, chat): a
+(`Strategy.prior_ms`: a speed-up over `ar`, or, for a method extending another, that one's
+estimate plus what the extension adds). Evidence is kept per kind of request (edit, code, chat): a
 copy-heavy edit and a fresh chat reply favour different plans. A plan whose prediction is
 within PROBE_WITHIN of the best but that has not run for PROBE_TOKENS tokens on this kind is
 probed: predictions for copy-based proposals are guesses until measured.
@@ -131,14 +132,19 @@ class Planner:
         base = BASELINE.plan()
         ar_ms = kind_ms(base.label, self.raw_ms(base, depth) * self._eff(BASELINE.name))
         out = [replace(base, ms_per_token=ar_ms)]
+        # what a method extending another builds its prior on: that one's estimate, measured
+        # where it ran even with `measured` off (it is not the extension's own measurement)
+        known: dict[str, float] = {base.method: ar_ms}
         for strategy in self.candidates(approximate):
             for plan in strategy.plans(inputs):
                 if plan.method == BASELINE.name:
                     continue
                 price = strategy.price(plan, inputs)
-                ms = (ar_ms / strategy.prior_speedup(kind) if price is None
+                ms = (strategy.prior_ms(kind, ar_ms, inputs, known) if price is None
                       else price.ms_per_token * self._eff(plan.method))
                 out.append(replace(plan, ms_per_token=kind_ms(plan.label, ms)))
+                own = self._kind_ms(kind, plan.label, ms, depth)
+                known[plan.method] = min(known.get(plan.method, own), own)
         return sorted(out, key=lambda p: p.ms_per_token)
 
     def _kind_ms(self, kind: str, label: str, predicted: float, depth: int) -> float:
