@@ -201,6 +201,23 @@ def test_one_slow_reply_does_not_rule_the_copy_out_for_its_kind() -> None:
     assert planner.best("edit")[0].method == "ar"
 
 
+def test_ar_is_never_probed() -> None:
+    """Report split, whole files: after a reformat left lookup predicted 1.1x ar on edits, `auto`
+    "probed" ar on each of the five later edits and ran them whole as ar (renames and f-strings
+    among them, where lookup had run 2x): ar keeps no clock of its own, so it never counted as
+    measured. It is priced by this machine's step and never probed."""
+    planner = Planner.of(table(30, 1.0), None)
+    lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
+    planner.observe_time(lookup, 1400, 1400 * 0.9 * 30 / 1e3, "edit")
+    for _ in range(3):
+        planner.start_reply()
+        plan, why = planner.best("edit")
+        assert plan.method == "lookup" and "probing" not in why
+        ar = next(p for p in planner.plans("edit") if p.method == "ar")
+        assert not planner.unproven("edit", ar)
+        planner.observe_time(plan, 48, 48 * 0.9 * 30 / 1e3, "edit")
+
+
 def test_an_unmeasured_drafting_plan_is_no_ground_for_a_catch_up() -> None:
     """Whole files: 80 tokens into a reply `auto` left lookup for staged, on staged's prior
     alone, and paid the draft's 19 s read of 1,800 tokens. Mid-reply, a plan whose draft is

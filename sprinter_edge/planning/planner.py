@@ -198,7 +198,10 @@ class Planner:
         """Not measured enough to be judged by its clock: fewer than PROBE_TOKENS run on this kind
         of request, or, for a plan without the draft (trying it catches nothing up), on this
         reply: requests of one kind differ, and one reformat that copied little must not rule
-        the copy out for every later edit."""
+        the copy out for every later edit. `ar` is never unproven: it is priced by this
+        machine's measured step, and its clock is not kept (`observe_time`)."""
+        if plan.method == BASELINE.name:
+            return False
         if self.ran.get((kind, plan.label), 0) < PROBE_TOKENS:
             return True
         own = self.reply.get(plan.label)
