@@ -200,6 +200,12 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "file-edits-report-10-before": Table(
         "bench-results-file-edits-report-10-before.json",
         columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+    "file-edits-report-10-ar-probe": Table(
+        "bench-results-file-edits-report-10-ar-probe.json",
+        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+    "file-edits-report-10-anchors": Table(
+        "bench-results-file-edits-report-10-anchors.json",
+        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
