@@ -209,6 +209,10 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
+    "weave-trial": Table(
+        ("bench-results-weave-tuning-first.json", "bench-results-weave-tuning-anchor.json"),
+        names=(("weave", "trial"),), labels=("one-token re-anchor", "two-token re-anchor"),
+        columns=("source", "method", "tok/s", "vs ar", "ttft", "e2e", "calls/tok", "time split", "done")),
     "anchor-sweep": Table(
         "bench-results-anchor-sweep.json",
         columns=("method", "tok/s", "vs ar", "ttft", "calls/tok", "draft acc", "done")),
