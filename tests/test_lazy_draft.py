@@ -38,8 +38,10 @@ def pair(default_pair_paths: tuple[Path, Path]) -> tuple[Path, Path]:
 def test_auto_on_an_edit_that_runs_lookup_never_loads_the_draft(pair: tuple[Path, Path]) -> None:
     draft, target = pair
     with Engine(target, draft, hardware=HARDWARE) as engine:
-        # under 16 tokens: no second look, so no probe of a drafting plan (staged) mid-reply
-        result = engine.generate(EDIT, SamplingParams(max_tokens=15))
+        # a drafting plan, unmeasured, is never switched to mid-reply while its draft is behind;
+        # 48 tokens: the copy must have held ~10 tokens before its proposals pay on a CPU where a
+        # call of 2-8 rows costs about as many steps (a 2-core Zen 4 proposed nothing in 15)
+        result = engine.generate(EDIT, SamplingParams(max_tokens=48))
         assert result.stats.trace.plans_run == ["lookup"]
         assert engine._draft is None
         assert engine.planner().draft is not None  # draft plans were priced all the same
