@@ -15,7 +15,9 @@ import llama_cpp
 log = logging.getLogger("sprinter_edge.llama_cpp")
 
 _initialised = False
-_log_lines: deque[tuple[int, str]] = deque(maxlen=64)
+# a model's whole load log (a line per repacked tensor: ~400 for the default target), which
+# LlamaModel reads for the repacked weight buffer
+_log_lines: deque[tuple[int, str]] = deque(maxlen=4096)
 
 # ggml log levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line.
 # llama.cpp warns about things users cannot act on: only its errors reach WARNING here.

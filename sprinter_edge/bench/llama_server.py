@@ -142,6 +142,7 @@ class LlamaServer:
 
     def __init__(self, name: str, binary: Path, target: Path, *, draft: Path | None = None,
                  n_ctx: int = 4096, n_threads: int | None = None, no_repack: bool = False,
+                 flash_attn: str = "auto",
                  startup_timeout: float = STARTUP_TIMEOUT, options: Sequence[str] = ()):
         """`options`: the row's own llama-server options, after the configuration's."""
         if name not in SERVER_CONFIGS:
@@ -156,7 +157,7 @@ class LlamaServer:
         self.port = 0
         self.args: list[str] = ["-m", str(target), "-c", str(n_ctx), "-t", str(threads),
                                 "-tb", str(threads), "-np", "1", "--host", "127.0.0.1",
-                                *config_options, *options]
+                                "-fa", flash_attn, *config_options, *options]
         if needs_draft and draft is not None:
             self.args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
         if no_repack:  # the engine loads weights without extra buffer types: the same here

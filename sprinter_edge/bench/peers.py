@@ -60,9 +60,9 @@ class GgufDraftModel:
     """A `LlamaDraftModel` backed by a draft GGUF (llama-cpp-python ships none)."""
 
     def __init__(self, path: str | Path, *, num_pred_tokens: int = 4, n_ctx: int = 2048,
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, flash_attn: bool = False):
         self.num_pred_tokens = num_pred_tokens
-        self.llm = _llama(Path(path), n_ctx, n_threads)
+        self.llm = _llama(Path(path), n_ctx, n_threads, flash_attn=flash_attn)
         self.calls = 0
         self.seconds = 0.0
 
@@ -136,14 +136,16 @@ class LlamaCppPeer:
     draft GGUF (`draft`) or llama-cpp-python's prompt lookup (`lookup`)."""
 
     def __init__(self, name: str, target: Path, *, draft: Path | None = None, lookup: bool = False,
-                 n_ctx: int = 1024, n_threads: int | None = None, num_pred_tokens: int = 4):
+                 n_ctx: int = 1024, n_threads: int | None = None, num_pred_tokens: int = 4,
+                 flash_attn: bool = False):
+        """`flash_attn`: llama-cpp-python's own switch (off unless asked; the engine's setting)."""
         if draft is not None and lookup:
             raise ValueError("a llama-cpp peer drafts with a draft model or by prompt lookup, not both")
         self.name = name
         self.draft = GgufDraftModel(draft, num_pred_tokens=num_pred_tokens, n_ctx=n_ctx,
-                                    n_threads=n_threads) if draft else None
+                                    n_threads=n_threads, flash_attn=flash_attn) if draft else None
         hook = self.draft if self.draft is not None else prompt_lookup() if lookup else None
-        self.llm = _llama(target, n_ctx, n_threads, draft_model=hook)
+        self.llm = _llama(target, n_ctx, n_threads, draft_model=hook, flash_attn=flash_attn)
 
     def generate(self, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = (),
                  temperature: float = 0.0, seed: int | None = None) -> PeerRun:

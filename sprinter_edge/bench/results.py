@@ -217,7 +217,8 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                            humaneval_timeout=config.humaneval_timeout, threads=config.threads,
                            draft_len=config.settings.get("draft_len", 4), peer_ctx=config.peer_ctx,
                            server_ctx=config.server_ctx, server_binary=bench_plan.server_binary,
-                           no_repack=native.avoid_extra_buffers())
+                           no_repack=native.avoid_extra_buffers(),
+                           flash_attn=engine.target.flash_attn)
     bench = runner.Runner(engine, specs, cfg, verifiers=bench_plan.verifiers)
     t0 = time.perf_counter()
     servers: dict[str, list[str]] = {}
@@ -245,7 +246,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                    "temperature": config.temperature, "seed": config.seed,
                    **config.settings,
                    "max_tokens": config.max_tokens, "prompts": [p.id for p in bench_plan.prompts],
-                   "edit_split": config.edit_split,
+                   "edit_split": config.edit_split, "flash_attn": cfg.flash_attn,
                    "llama_server": {"binary": str(bench_plan.server_binary), "commands": servers}
                    if servers else None,
                    "wall_seconds": round(wall, 1)},

@@ -195,6 +195,7 @@ class RunConfig:
     server_ctx: int = 4096  # llama-server: the engine rows' context
     server_binary: Path | None = None  # llama-server (tools/build_llama_server.sh); None: no server rows
     no_repack: bool = False  # load the servers' weights without repacking, as the engine does here
+    flash_attn: str = "auto"  # the peers' flash attention ("on", "off", "auto"): the engine's
     threads: int | None = None
     draft_len: int = 4
     # "all": every run is re-scored by the target (log-prob, agreement, drift columns);
@@ -230,7 +231,7 @@ class Runner:
             needs_draft = SERVER_CONFIGS[method][1]
             server = LlamaServer(method, cfg.server_binary, self.target_path,
                                  draft=self.draft_path if needs_draft else None, n_ctx=cfg.server_ctx,
-                                 n_threads=cfg.threads, no_repack=cfg.no_repack,
+                                 n_threads=cfg.threads, no_repack=cfg.no_repack, flash_attn=cfg.flash_attn,
                                  options=spec.server_options if spec is not None else ())
             self.peers[key] = server  # registered first: close() stops it whatever start() does
             server.start()
@@ -238,7 +239,7 @@ class Runner:
         draft = self.draft_path if method == "llama-cpp-draft" else None
         self.peers[method] = LlamaCppPeer(method, self.target_path, draft=draft,
                                           lookup=method == "llama-cpp-lookup", n_ctx=self.peer_ctx,
-                                          n_threads=cfg.threads,
+                                          n_threads=cfg.threads, flash_attn=cfg.flash_attn == "on",
                                           num_pred_tokens=cfg.draft_len)
         return self.peers[method]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
+from ..backend.llama import FLASH_ATTN
 from ..decoding import SamplingParams, all_settings
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
@@ -37,6 +38,10 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                    help="draft layers on the GPU (0 = CPU, -1 = all)")
     g.add_argument("--target-gpu-layers", type=int, default=None,
                    help="target layers on the GPU (0 = CPU, -1 = all)")
+    g.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto",
+                   help="flash attention; auto: off where every layer runs on the CPU (there a "
+                        "batched call at depth costs less without it), llama.cpp's choice on a GPU "
+                        "(default: %(default)s)")
 
 
 def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
@@ -187,7 +192,7 @@ def hardware_from(args: argparse.Namespace) -> Hardware:
 
     return Hardware(n_threads=args.threads, n_ctx=args.ctx,
                     draft_gpu_layers=layers(args.draft_gpu_layers),
-                    target_gpu_layers=layers(args.target_gpu_layers))
+                    target_gpu_layers=layers(args.target_gpu_layers), flash_attn=args.flash_attn)
 
 
 def engine_from(args: argparse.Namespace, *, method: str | None = None, with_draft: bool = False) -> Engine:

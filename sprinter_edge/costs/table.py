@@ -317,7 +317,8 @@ def _machine_key(options: Any) -> dict[str, Any]:
     return {"format": FORMAT, "llama_cpp": native.llama_cpp_version(), "build": native.system_info(),
             "cpu": cpu_name(), "machine": platform.machine(),
             "threads": options.threads(), "gpu_layers": options.n_gpu_layers, "n_batch": options.n_batch,
-            "extra_buffers": not native.avoid_extra_buffers(), "mmap": options.use_mmap}
+            "extra_buffers": not native.avoid_extra_buffers(), "mmap": options.use_mmap,
+            "flash_attn": options.flash_attn}
 
 
 def cost_key(model: Any) -> dict[str, Any]:
