@@ -3,7 +3,7 @@
 batched read of each model. The figures behind "what a written draft token saves" in
 docs/benchmarks.md (a step and a row of each model, where the bench's cost table is shallow).
 
-    .venv/bin/python tools/pair_call_costs.py [--depth 1800] [--repeats 10]
+    .venv/bin/python tools/pair_call_costs.py [--depth 1800] [--repeats 10] [--flash-attn auto|on|off]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sprinter_edge.backend.llama import LlamaModel, LoadOptions
+from sprinter_edge.backend.llama import FLASH_ATTN, LlamaModel, LoadOptions
 
 MODELS = Path.home() / ".cache" / "sprinter-edge" / "models"
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -36,8 +36,10 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=1800, help="tokens of context before each timed call")
     ap.add_argument("--repeats", type=int, default=10, help="calls timed per figure (median shown)")
     ap.add_argument("--threads", type=int, default=2, help="threads per model")
+    ap.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto",
+                    help="llama.cpp's flash attention (auto: the engine's default)")
     args = ap.parse_args()
-    options = LoadOptions(n_ctx=4096, n_threads=args.threads)
+    options = LoadOptions(n_ctx=4096, n_threads=args.threads, flash_attn=args.flash_attn)
     models = {"target": LlamaModel(MODELS / TARGET, options), "draft": LlamaModel(MODELS / DRAFT, options)}
     text = Path(ntpath.__file__).read_text() * 4  # any real code; read twice over if short
     context = models["target"].tokenize(text)[: args.depth + 64]
@@ -45,7 +47,8 @@ def main() -> None:
         model.eval(context[: args.depth])
     tokens = context[args.depth:]
     for role, model in models.items():
-        for rows in (1, 9, 33):
+        print(f"{role}: flash attention {model.flash_attn}")
+        for rows in (1, 9, 17, 33):
             def call(model: LlamaModel = model, rows: int = rows) -> object:
                 model.rollback(args.depth)
                 return model.eval(tokens[:rows], n_logits=rows)

@@ -206,6 +206,9 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "file-edits-report-10-anchors": Table(
         "bench-results-file-edits-report-10-anchors.json",
         columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+    "file-edits-report-10-flash-attn-off": Table(
+        "bench-results-file-edits-report-10-flash-attn-off.json",
+        columns=(*REPORT_COLUMNS, "identical"), headers=REPORT_HEADERS),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
@@ -213,6 +216,12 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         ("bench-results-weave-tuning-first.json", "bench-results-weave-tuning-anchor.json"),
         names=(("weave", "trial"),), labels=("one-token re-anchor", "two-token re-anchor"),
         columns=("source", "method", "tok/s", "vs ar", "ttft", "e2e", "calls/tok", "time split", "done")),
+    "flash-attn": Table(
+        ("bench-results-flash-attn-on.json", "bench-results-flash-attn-off.json"),
+        labels=("flash attention on", "off (the default)"),
+        columns=("source", "method", "tok/s", "vs ar", *(f"vs ar@id:file_edit/{e}/" for e in SWEEP_EDITS),
+                 "ttft", "e2e", "e2e vs ar", "calls/tok", "identical", "done"),
+        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in SWEEP_EDITS)),
     "anchor-sweep": Table(
         "bench-results-anchor-sweep.json",
         columns=("method", "tok/s", "vs ar", "ttft", "calls/tok", "draft acc", "done")),
