@@ -53,7 +53,7 @@ class Hardware:
     draft_gpu_layers: int = 0
     target_gpu_layers: int = 0
     n_batch: int = 512
-    flash_attn: str = "auto"  # "on", "off", or "auto": off on the CPU (LoadOptions.flash_attn)
+    flash_attn: str = "auto"  # "on", "off", or "auto": off for repacked weights on the CPU (LoadOptions)
 
     def options(self, role: str) -> LoadOptions:
         layers = self.draft_gpu_layers if role == "draft" else self.target_gpu_layers

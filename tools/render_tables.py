@@ -73,6 +73,8 @@ HIDDEN_ON_EDITS = "hidden state + copy features, trained on edits (logreg)"
 # the whole-file report run's edits, one task each, a column each
 REPORT_EDITS = ("rename_parameter", "type_hints", "fstring", "add_docstrings", "reformat")
 SWEEP_EDITS = ("rename_parameter", "type_hints", "fstring", "reformat")  # the whole-file sweep's
+SWEEP_COLUMNS = tuple(f"vs ar@id:file_edit/{e}/" for e in SWEEP_EDITS)  # a column per edit
+SWEEP_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in SWEEP_EDITS)
 # the report runs' columns: a column per edit, the tasks of each edit together
 REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
                   "ttft", "e2e vs ar", "calls/tok", "done", "plans")
@@ -219,17 +221,17 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "flash-attn": Table(
         ("bench-results-flash-attn-on.json", "bench-results-flash-attn-off.json"),
         labels=("flash attention on", "off (the default)"),
-        columns=("source", "method", "tok/s", "vs ar", *(f"vs ar@id:file_edit/{e}/" for e in SWEEP_EDITS),
+        columns=("source", "method", "tok/s", "vs ar", *SWEEP_COLUMNS,
                  "ttft", "e2e", "e2e vs ar", "calls/tok", "identical", "done"),
-        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in SWEEP_EDITS)),
+        headers=SWEEP_HEADERS),
     "anchor-sweep": Table(
         "bench-results-anchor-sweep.json",
         columns=("method", "tok/s", "vs ar", "ttft", "calls/tok", "draft acc", "done")),
     "file-edit-sweep": Table(
         "bench-results-file-edit-sweep.json",
-        columns=("method", "tok/s", "vs ar", *(f"vs ar@id:file_edit/{e}/" for e in SWEEP_EDITS), "ttft",
+        columns=("method", "tok/s", "vs ar", *SWEEP_COLUMNS, "ttft",
                  "calls/tok", "draft acc", "done"),
-        headers=tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in SWEEP_EDITS)),
+        headers=SWEEP_HEADERS),
     "file-edits-long-calls": Table(
         "bench-results-file-edits-long-calls.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done",

@@ -26,7 +26,9 @@ from .native import llama_cpp
 log = logging.getLogger(__name__)
 
 
-FLASH_ATTN = ("auto", "on", "off")
+# the settings of LoadOptions.flash_attn and llama.cpp's flash_attn_type for each
+FLASH_ATTN_TYPE = {"auto": -1, "on": 1, "off": 0}
+FLASH_ATTN = tuple(FLASH_ATTN_TYPE)
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,8 @@ class LoadOptions:
         """llama.cpp's flash_attn_type for a model loaded with these options (-1 auto, 0 off,
         1 on); `repacked`: llama.cpp repacked some of its weights."""
         if self.flash_attn == "auto":
-            return 0 if repacked and not self.n_gpu_layers else -1
-        return {"on": 1, "off": 0}[self.flash_attn]
+            return FLASH_ATTN_TYPE["off" if repacked and not self.n_gpu_layers else "auto"]
+        return FLASH_ATTN_TYPE[self.flash_attn]
 
 
 @dataclass
@@ -130,7 +132,8 @@ class LlamaModel:
         # llama.cpp reports a repacked weight buffer as it loads (its log is all that tells)
         self.repacked = any("CPU_REPACK model buffer" in line for _, line in logbuf.lines)
         cparams.flash_attn_type = self.options.flash_attn_type(self.repacked)
-        self.flash_attn = {-1: "auto", 0: "off", 1: "on"}[cparams.flash_attn_type]  # as `-fa` spells it
+        # the setting it resolved to, as llama-server's `-fa` spells it
+        self.flash_attn = next(k for k, v in FLASH_ATTN_TYPE.items() if v == cparams.flash_attn_type)
         with native.capture_log() as logbuf:
             ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:

@@ -39,9 +39,9 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target-gpu-layers", type=int, default=None,
                    help="target layers on the GPU (0 = CPU, -1 = all)")
     g.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto",
-                   help="flash attention; auto: off where every layer runs on the CPU (there a "
-                        "batched call at depth costs less without it), llama.cpp's choice on a GPU "
-                        "(default: %(default)s)")
+                   help="flash attention; auto: off where every layer runs on the CPU and llama.cpp "
+                        "repacked the weights (there a batched call at depth costs less without it), "
+                        "llama.cpp's choice otherwise (default: %(default)s)")
 
 
 def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
