@@ -152,3 +152,42 @@ def test_respelling_raises_acceptance_on_a_rename(fixture_engine) -> None:  # ty
     plain = replay(PromptLookup(), prompt, reply)
     spelled = replay(PromptLookup(), prompt, reply, model=model)
     assert spelled[1] / spelled[0] > plain[1] / plain[0], (spelled, plain)
+
+
+def test_a_rename_that_writes_on_after_the_word_is_respelled(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """` mode` -> ` mode_value` keeps the old word's token and writes on after it: an insertion
+    after its context token. Read with that token it is a rename, respelled like any other."""
+    model = fixture_engine.target
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, special=False)
+
+    text = tok(RESPELL_SOURCE)
+    (word,), renamed = tok(" mode"), tok(" mode_value")
+    assert renamed[0] == word  # the rename keeps the old word's token
+    memory = EditMemory(model)
+    memory.learn(word, [], renamed[1:])
+    assert memory.respell(text, [], renamed[1:]) == 0  # an insertion alone names no word
+    assert memory.respell(text, [], renamed[1:], context=word) >= 1
+    copied, _, _ = memory.apply(text, 0, len(text))
+    assert model.detokenize(copied) == RESPELL_SOURCE.replace("mode", "mode_value")
+
+
+def test_a_renamed_word_is_not_renamed_inside_a_longer_word(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """A substitution learned without context for `p` (a word alone) renames `(p` but not the
+    `p` of `se|p`, nor `p` at the start of `p|ath`: it applies where a word starts and ends."""
+    model = fixture_engine.target
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, special=False)
+
+    (p,), (text,) = tok("p"), tok("text")
+    memory = EditMemory(model)
+    memory.learn(None, [p], [text])
+    source = [*tok("("), p, *tok(")"), *tok("se"), p, *tok("("), p, *tok("ath")]
+    copied, _, _ = memory.apply(source, 0, len(source))
+    assert model.detokenize(copied) == "(text)sep(path"
+    # without the model's tokenizer it cannot tell: every `p` is renamed
+    bare = EditMemory()
+    bare.learn(None, [p], [text])
+    assert model.detokenize(bare.apply(source, 0, len(source))[0]) == "(text)setext(textath"

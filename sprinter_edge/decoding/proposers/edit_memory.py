@@ -12,7 +12,13 @@ A rename has as many spellings as the tokenizer has ways to cut it: ` mode`, `(m
 are different tokens, so a substitution learned at ` mode` would not apply at `(mode`. When a
 learned substitution renames one word (`mode` -> `file_mode`), every whole-word occurrence of
 the old word in the indexed text is looked up and its tokens, retokenized with the new word,
-become a substitution of their own (`respell`): the second spelling is proposed too.
+become a substitution of their own (`respell`): the second spelling is proposed too. A rename
+that keeps the old word's token and writes on after it (` actual` -> ` actual` `_value`) is an
+insertion after the context token: read with that token, it renames the word as well.
+
+A substitution learned without its context renames whatever token matches its key, which can be
+a piece of a longer word (`p` inside `se|p`); one that spells the start (end) of a word applies
+only where the copy is at a word's start (end), as it was where it was learned.
 
 A substitution is a guess like any copied span (a deterministic proposal, a point mass in the
 p/q test): exactness never rests on it. Each keeps a score: accepted where it was proposed,
@@ -33,6 +39,7 @@ MAX_REPLACED = 8  # longest source span a substitution replaces
 MAX_WRITTEN = 16  # longest reply span it writes in its place
 # a renamed word, alone in its span between punctuation or spaces that the rename keeps
 _WORD = re.compile(rb"(\W*)([A-Za-z_]\w*)(\W*)")
+_WORDY = re.compile(rb"\w")
 
 
 class Tokenizer(Protocol):
@@ -48,6 +55,8 @@ class Substitution:
     key: tuple[int, ...]  # the source tokens, the context token first when `contextual`
     value: tuple[int, ...]  # what the reply wrote in their place (the context token first too)
     contextual: bool
+    starts_word: bool = False  # the key's first (last) byte is a word's: it applies only at a
+    ends_word: bool = False    # word's start (end), not inside a longer word
     accepted: int = 1  # learned from one occurrence
     refused: int = 0
 
@@ -64,6 +73,7 @@ class EditMemory:
         self._longest = 0
         self.tokenizer = tokenizer  # None: no respelling
         self._renames: set[tuple[bytes, bytes]] = set()  # words respelled so far
+        self._bytes: dict[int, bytes] = {}  # token bytes read so far
 
     def learn(self, context: int | None, replaced: Sequence[int], written: Sequence[int]) -> None:
         """The reply wrote `written` where the source had `replaced`, after the source token
@@ -86,26 +96,43 @@ class EditMemory:
 
     def _add(self, sub: Substitution) -> None:
         """Keep `sub` (replacing one of the same key); `apply` looks keys up to the longest."""
+        if not sub.contextual and self.tokenizer is not None:
+            spelled = b"".join(map(self._spell, sub.key))
+            sub.starts_word = bool(_WORDY.fullmatch(spelled[:1]))
+            sub.ends_word = bool(_WORDY.fullmatch(spelled[-1:]))
         self.subs[sub.key] = sub
         self._longest = max(self._longest, len(sub.key))
 
-    def respell(self, text: Sequence[int], replaced: Sequence[int], written: Sequence[int]) -> int:
+    def _spell(self, token: int) -> bytes:
+        """A token's bytes (a separator, a negative id, is a NUL)."""
+        assert self.tokenizer is not None
+        b = self._bytes.get(token)
+        if b is None:
+            b = self._bytes[token] = self.tokenizer.token_bytes(token) if token >= 0 else b"\0"
+        return b
+
+    def respell(self, text: Sequence[int], replaced: Sequence[int], written: Sequence[int],
+                context: int | None = None) -> int:
         """Where `written` renames the one word of `replaced` (the same punctuation around it),
-        a substitution for every other tokenization of that word in `text` (the indexed
-        tokens; negative ids are separators): its tokens, with the new word, retokenized. The
-        number of substitutions added."""
-        if self.tokenizer is None or not replaced or not written:
+        or, read after the `context` token, of context + `replaced` (a rename that writes on
+        after the old word's token), a substitution for every other tokenization of that word in
+        `text` (the indexed tokens; negative ids are separators): its tokens, with the new word,
+        retokenized. The number of substitutions added."""
+        if self.tokenizer is None or not written:
             return 0
-        word = self._rename(replaced, written)
+        word = self._rename(replaced, written) if replaced else None
+        if word is None and context is not None and context >= 0:
+            word = self._rename((context, *replaced), (context, *written))
         if word is None or word in self._renames:
             return 0
         self._renames.add(word)
         old, new = word
-        pieces = [self.tokenizer.token_bytes(t) if t >= 0 else b"\0" for t in text]
+        pieces = [self._spell(t) for t in text]
         starts = [0, *itertools.accumulate(map(len, pieces))]  # where each token's bytes begin
         joined = b"".join(pieces)
         added = 0
-        for m in re.finditer(rb"(?<!\w)" + re.escape(old) + rb"(?!\w)", joined):
+        # a whole word, not the `s` of a contraction (`path's`)
+        for m in re.finditer(rb"(?<!\w)(?<!\w')" + re.escape(old) + rb"(?!\w)", joined):
             i = bisect.bisect_right(starts, m.start()) - 1  # the tokens that hold the word
             j = bisect.bisect_left(starts, m.end())
             key = tuple(text[i:j])
@@ -126,8 +153,8 @@ class EditMemory:
     def _rename(self, replaced: Sequence[int], written: Sequence[int]) -> tuple[bytes, bytes] | None:
         """(old word, new word) when `written` renames the one word `replaced` spells."""
         assert self.tokenizer is not None
-        old = _WORD.fullmatch(b"".join(self.tokenizer.token_bytes(t) for t in replaced))
-        new = _WORD.fullmatch(b"".join(self.tokenizer.token_bytes(t) for t in written))
+        old = _WORD.fullmatch(b"".join(map(self._spell, replaced)))
+        new = _WORD.fullmatch(b"".join(map(self._spell, written)))
         if old is None or new is None or old.group(2) == new.group(2):
             return None
         if keyword.iskeyword(old.group(2).decode()):  # `if` -> `while` is a change of code, no rename
@@ -178,8 +205,18 @@ class EditMemory:
                     continue
                 if contextual and n == 1 and not insertion:
                     continue
+                if not contextual and not self._bounded(sub, source, i, n):
+                    continue
                 return sub
         return None
+
+    def _bounded(self, sub: Substitution, source: Sequence[int], i: int, n: int) -> bool:
+        """`sub` (its key at source[i:i + n]) starts or ends a word only where one starts or ends:
+        not after (before) a source token whose last (first) byte is a word's."""
+        if sub.starts_word and i > 0 and _WORDY.fullmatch(self._spell(source[i - 1])[-1:]):
+            return False
+        return not (sub.ends_word and i + n < len(source)
+                    and _WORDY.fullmatch(self._spell(source[i + n])[:1]))
 
     def score(self, by: Sequence[int], accepted: int) -> None:
         """The target accepted the first `accepted` tokens of a proposal whose tokens `by`

@@ -194,7 +194,7 @@ class PromptLookup(Proposer):
         if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
             s = self.index.seq
             self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply])
-            self.memory.respell(s, s[d_src:source], seq[d_rep:reply])
+            self.memory.respell(s, s[d_src:source], seq[d_rep:reply], context=s[d_src - 1])
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.index.extend(seq)
