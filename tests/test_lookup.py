@@ -46,6 +46,22 @@ def test_suffix_index_finds_the_longest_earlier_match() -> None:
     assert index.seq == [8, 8, 8] and index.match() == (0, 0)
 
 
+def test_a_match_where_the_copy_stood_wins_over_a_longer_one() -> None:
+    """Two similar functions: the first matches the suffix longer than the second one's own
+    source (the reply wrote 31, the first function's token, into the second), but the copy
+    stood in the second one's source: its continuation (12, not 11) is the one that goes on."""
+    index = SuffixIndex()
+    #  source: f1 = 30 31 2 3 4 11 50 51, f2 = 40 2 3 4 12 52;  reply: f1 as it was, then 40 31 2 3 4
+    source = [30, 31, 2, 3, 4, 11, 50, 51, 40, 2, 3, 4, 12, 52]
+    index.extend(source + [30, 31, 2, 3, 4, 11, 50, 51, 40, 31, 2, 3, 4])
+    length, end = index.match()  # the longest: the first function ("31 2 3 4")
+    assert length == 4 and index.seq[end] == 11
+    length, end = index.match(near=9, window=4)  # the copy stood at the second one's source
+    assert length == 3 and index.seq[end] == 12
+    assert index.match(near=9, window=0) == index.match()  # no window: the longest
+    assert index.match(near=0, window=2) == index.match()  # none ends near there
+
+
 def test_anchor_resumes_the_copy_after_an_edit() -> None:
     index = SuffixIndex()
     # source: f ( x , y ) : ...; the reply copied "f ( x", then wrote ": int" (the edit) and ","

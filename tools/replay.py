@@ -69,6 +69,8 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "no-anchor": ({"anchor": False}, {}),
     "no-memory": ({"learn_edits": False}, {}),
     "no-respell": ({"respell": False}, {}),
+    "no-align": ({"align_window": 0}, {}),
+    "align-window-8": ({"align_window": 8}, {}),
     "anchor-prior-0.7": ({}, {"anchor_prior": 0.7}),
     "anchor-prior-0.8": ({}, {"anchor_prior": 0.8}),
     "anchor-prior-0.9": ({}, {"anchor_prior": 0.9}),

@@ -20,6 +20,10 @@ usually resumes copying a few source tokens later, but a fresh match needs MIN_M
 agreement first. The proposer keeps where its copy stood in the source and re-anchors there:
 the reply's last token (two where they agree) found within ANCHOR_WINDOW tokens after that
 point continues the copy at once. Anchored proposals keep acceptance evidence of their own.
+A match that ends within ALIGN_WINDOW tokens after that point continues the copy too, and wins
+over a longer one elsewhere: in a file of similar functions, the reply's previous function,
+with the edit already made, matches longer than the function's own source, and goes on as
+that function did.
 
 Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
 cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
@@ -29,6 +33,7 @@ context, so every proposal stays a point mass and the p/q test keeps the output 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,6 +53,7 @@ MAX_PROPOSAL = 63  # a target call of at most 64 tokens (past 64 rows a row cost
 SPEC_FACTOR = 2  # propose at most this many tokens per matched token (SuffixDecoding's cap)
 CANDIDATES = 32  # most recent occurrences compared per lookup
 ANCHOR_WINDOW = 8  # after a departure the copy resumes within this many source tokens
+ALIGN_WINDOW = 16  # a match ending this close after where the copy stood continues it
 SEPARATOR = -1  # between a predicted output and the sequence in the index: no token id matches it
 
 
@@ -81,22 +87,36 @@ class SuffixIndex:
         self.seq.extend(seq[start:])
         self._index(self.offset + start)
 
-    def match(self) -> tuple[int, int]:
+    def match(self, near: int | None = None, window: int = ALIGN_WINDOW) -> tuple[int, int]:
         """(length, end) of the longest earlier match of the sequence's suffix; (0, 0) if none.
         `end` is where the match ends: what followed it starts there. The source's occurrences
-        are compared first (they win a tie), then the most recent CANDIDATES of the rest."""
-        s, shortest, longest = self.seq, self.min_match, self.max_match
+        are compared first (they win a tie), then the most recent CANDIDATES of the rest.
+        `near`: where the copy stood in its source; a match ending within `window` tokens after
+        it continues that copy and wins over a longer one elsewhere (a file of similar functions
+        matches the previous function's reply longer than its own source)."""
+        s, shortest = self.seq, self.min_match
         if len(s) - self.offset <= shortest:
             return 0, 0
         ends = self.where.get(tuple(s[-shortest:]))
         if not ends:
             return 0, 0
         source = [e for e in ends[:CANDIDATES] if e < self.offset]
+        if near is not None and window > 0:  # `ends` ascend
+            lo, hi = bisect.bisect_right(ends, near), bisect.bisect_right(ends, near + window)
+            aligned = self._longest(ends[lo:hi])
+            if aligned[0]:
+                return aligned
+        return self._longest([*source, *reversed(ends[-CANDIDATES - 1:])])
+
+    def _longest(self, ends: Sequence[int]) -> tuple[int, int]:
+        """(length, end) of the longest match of the suffix among those ending at `ends`
+        (the first of equals)."""
+        s, longest = self.seq, self.max_match
         best_len, best_end = 0, 0
-        for end in [*source, *reversed(ends[-CANDIDATES - 1:])]:
+        for end in ends:
             if end >= len(s):  # the suffix itself
                 continue
-            m = shortest
+            m = self.min_match
             while m < longest and end - m - 1 >= 0 and s[end - m - 1] == s[len(s) - m - 1]:
                 m += 1
             if m > best_len:
@@ -128,7 +148,8 @@ class PromptLookup(Proposer):
     """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs).
     `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py);
     `respell`: a learned rename also at the word's other tokenizations (the target's tokenizer).
-    `anchor`: re-anchor after a departure, within `anchor_window` source tokens. `min_match`,
+    `anchor`: re-anchor after a departure, within `anchor_window` source tokens, and prefer a
+    match ending within `align_window` tokens of where the copy stood (0: the longest). `min_match`,
     `max_match`, `spec_factor`: the shortest suffix looked up, the longest compared, the most
     tokens proposed per matched token. The shipped policy is the defaults; the others are
     tried by replaying recorded replies (tools/replay.py)."""
@@ -137,14 +158,14 @@ class PromptLookup(Proposer):
 
     def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
                  anchor: bool = True, learn_edits: bool = True, respell: bool = True,
-                 anchor_window: int = ANCHOR_WINDOW,
+                 anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
                  min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
         self.learn_edits = learn_edits
         self.respell = respell
-        self.anchor_window = anchor_window
+        self.anchor_window, self.align_window = anchor_window, align_window
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
         self.index = SuffixIndex(min_match=min_match, max_match=max_match)
@@ -174,7 +195,7 @@ class PromptLookup(Proposer):
                 self._run += 1  # a copy that has held this long is as safe as a match as long
                 return self._source + 1, self.max_match, self.evidence.bucket(self._run)
             self._depart = (self._source, len(seq) - 1)
-        match, end = self.index.match()
+        match, end = self.index.match(self._source if self.anchor else None, self.align_window)
         b, aligned = self.evidence.bucket(match), match
         if not match and self.anchor and self._source is not None:
             end, b = self.index.anchor(self._source, self.anchor_window), self.evidence.anchor_slot
