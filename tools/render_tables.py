@@ -211,6 +211,10 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "file-edits-report-10-flash-attn-off": Table(
         "bench-results-file-edits-report-10-flash-attn-off.json",
         columns=(*REPORT_COLUMNS, "identical"), headers=REPORT_HEADERS),
+    "file-edits-report-10-align": Table(
+        "bench-results-file-edits-report-10-align.json",
+        columns=(*REPORT_COLUMNS, "identical", "copy acc@id:file_edit/rename_parameter/"),
+        headers=(*REPORT_HEADERS, ("copy acc@id:file_edit/rename_parameter/", "copied-token acceptance, renames"))),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
@@ -594,6 +598,14 @@ def _decode_per_prompt(c: Cell) -> str:
     return _num("{:.1f}")(_mean([r["decode_seconds"] for r in c.runs()]))
 
 
+def _copy_acceptance(c: Cell) -> str:
+    """Of the tokens the method's copies proposed, the share the target accepted (its runs'
+    counters together; "-" for a method that counts no copies, as llama.cpp's)."""
+    stats = [r.get("stats") or {} for r in c.runs()]
+    proposed = sum(s.get("copied_tokens") or 0 for s in stats)
+    return "-" if not proposed else f"{sum(s.get('copied_accepted') or 0 for s in stats) / proposed:.2f}"
+
+
 def _key(key: str, fmt: Callable[[float | None], str]) -> Callable[[Cell], str]:
     return lambda c: fmt(c.get(key))
 
@@ -623,6 +635,7 @@ COLUMNS: dict[str, tuple[str, Callable[[Cell], str]]] = {
     "rouge": ("ROUGE-L vs `ar`", _key("rouge_l", _num("{:.3f}"))),
     "exact": ("exact vs `ar`", _key("exact_match", _num("{:.2f}"))),
     "identical": ("identical to `ar`", _identical),
+    "copy acc": ("copied-token acceptance", _copy_acceptance),
     "logprob": ("tgt logprob/tok", _key("mean_logprob", _num("{:.3f}"))),
     "eta": ("eta_FP", _key("eta_fp", _num("{:.3f}"))),
     "tv": ("TV drift/tok", _tv),
