@@ -79,6 +79,7 @@ SWEEP_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in
 REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
                   "ttft", "e2e vs ar", "calls/tok", "done", "plans")
 REPORT_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)
+RENAME_COPIES = "copy acc@id:file_edit/rename_parameter/"  # the renames' copied-token acceptance
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -213,8 +214,8 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         columns=(*REPORT_COLUMNS, "identical"), headers=REPORT_HEADERS),
     "file-edits-report-10-align": Table(
         "bench-results-file-edits-report-10-align.json",
-        columns=(*REPORT_COLUMNS, "identical", "copy acc@id:file_edit/rename_parameter/"),
-        headers=(*REPORT_HEADERS, ("copy acc@id:file_edit/rename_parameter/", "copied-token acceptance, renames"))),
+        columns=(*REPORT_COLUMNS, "identical", RENAME_COPIES),
+        headers=(*REPORT_HEADERS, (RENAME_COPIES, "copied-token acceptance, renames"))),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
