@@ -73,7 +73,6 @@ class EditMemory:
         self._longest = 0
         self.tokenizer = tokenizer  # None: no respelling
         self._renames: set[tuple[bytes, bytes]] = set()  # words respelled so far
-        self._bytes: dict[int, bytes] = {}  # token bytes read so far
 
     def learn(self, context: int | None, replaced: Sequence[int], written: Sequence[int]) -> None:
         """The reply wrote `written` where the source had `replaced`, after the source token
@@ -104,12 +103,9 @@ class EditMemory:
         self._longest = max(self._longest, len(sub.key))
 
     def _spell(self, token: int) -> bytes:
-        """A token's bytes (a separator, a negative id, is a NUL)."""
+        """A token's bytes (a separator, a negative id, is a NUL); the model keeps them cached."""
         assert self.tokenizer is not None
-        b = self._bytes.get(token)
-        if b is None:
-            b = self._bytes[token] = self.tokenizer.token_bytes(token) if token >= 0 else b"\0"
-        return b
+        return self.tokenizer.token_bytes(token) if token >= 0 else b"\0"
 
     def respell(self, text: Sequence[int], replaced: Sequence[int], written: Sequence[int],
                 context: int | None = None) -> int:

@@ -100,12 +100,12 @@ class SuffixIndex:
         ends = self.where.get(tuple(s[-shortest:]))
         if not ends:
             return 0, 0
-        source = [e for e in ends[:CANDIDATES] if e < self.offset]
         if near is not None and window > 0:  # `ends` ascend
             lo, hi = bisect.bisect_right(ends, near), bisect.bisect_right(ends, near + window)
             aligned = self._longest(ends[lo:hi])
             if aligned[0]:
                 return aligned
+        source = [e for e in ends[:CANDIDATES] if e < self.offset]
         return self._longest([*source, *reversed(ends[-CANDIDATES - 1:])])
 
     def _longest(self, ends: Sequence[int]) -> tuple[int, int]:
