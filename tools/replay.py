@@ -69,6 +69,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "no-anchor": ({"anchor": False}, {}),
     "no-memory": ({"learn_edits": False}, {}),
     "no-respell": ({"respell": False}, {}),
+    "no-layout": ({"layout": False}, {}),
     "no-align": ({"align_window": 0}, {}),
     "align-window-8": ({"align_window": 8}, {}),
     "anchor-prior-0.7": ({}, {"anchor_prior": 0.7}),

@@ -25,6 +25,12 @@ over a longer one elsewhere: in a file of similar functions, the reply's previou
 with the edit already made, matches longer than the function's own source, and goes on as
 that function did.
 
+A reformat changes the tokens at nearly every gap (`,b` is one token, `, b` two), so no match
+of tokens follows it. Read without its blanks, the reply still follows its source: the copy
+goes on from where the reply stands in the source byte by byte, laid out by the whitespace
+rules the reply has shown so far (layout.py), and, once the reply is laying out anew, stops
+before a kind of gap it has not shown yet (the target's own token there shows it).
+
 Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
 cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
 place; the target then scores only what survived. The cut is a deterministic function of the
@@ -43,6 +49,7 @@ from ...costs.pricing import best_length, best_staged_length
 from .base import Proposal, Proposer
 from .copy_evidence import CopyEvidence
 from .edit_memory import EditMemory
+from .layout import Layout
 
 if TYPE_CHECKING:
     from ..context import DecodeContext
@@ -147,7 +154,8 @@ class SuffixIndex:
 class PromptLookup(Proposer):
     """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs).
     `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py);
-    `respell`: a learned rename also at the word's other tokenizations (the target's tokenizer).
+    `respell`: a learned rename also at the word's other tokenizations (the target's tokenizer);
+    `layout`: lay copies out by the whitespace rules the reply's departures taught (layout.py).
     `anchor`: re-anchor after a departure, within `anchor_window` source tokens, and prefer a
     match ending within `align_window` tokens of where the copy stood (0: the longest). `min_match`,
     `max_match`, `spec_factor`: the shortest suffix looked up, the longest compared, the most
@@ -157,7 +165,7 @@ class PromptLookup(Proposer):
     name = "lookup"
 
     def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
-                 anchor: bool = True, learn_edits: bool = True, respell: bool = True,
+                 anchor: bool = True, learn_edits: bool = True, respell: bool = True, layout: bool = True,
                  anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
                  min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR):
         self.evidence = evidence if evidence is not None else CopyEvidence()
@@ -165,36 +173,56 @@ class PromptLookup(Proposer):
         self.anchor = anchor
         self.learn_edits = learn_edits
         self.respell = respell
+        self.learn_layout = layout
         self.anchor_window, self.align_window = anchor_window, align_window
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
         self.index = SuffixIndex(min_match=min_match, max_match=max_match)
         self.memory = EditMemory()
+        self.layout = Layout()
         self._bucket = self._span = self._cut = self._end = self._round_start = 0
         self._was_staged = False  # the last proposal went through the draft first
         self._source: int | None = None  # where the last copy stood in the source
         self._depart: tuple[int, int] | None = None  # (source, reply) positions where they parted
         self._held = False  # the last proposal was accepted whole: the copy goes on
         self._run = 0  # how many tokens the reply has agreed with the copy's source in a row
-        self._after: list[int] = []  # the source position after each proposed token
+        self._after: list[tuple[int, int]] = []  # the source (token, byte) after each proposed token
         self._by: list[int] = []  # the substitution that wrote each proposed token (-1: none)
+        self._laid: list[int] = []  # the layout rule that laid out each proposed token (-1: none)
+        self._depart_skip = 0  # bytes of the departure's source token the reply had written
+        self._end_skip = 0  # bytes of the proposal's first source token the reply had written
+        self._projected = False  # the proposal continues the source laid out otherwise
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
         self.index.extend(prompt)
         self.memory = EditMemory(ctx.target if self.respell else None)  # its tokenizer spells renames
+        self.layout = Layout(ctx.target if self.learn_layout else None)
         self._source, self._depart, self._held = None, None, False
+        self._depart_skip = 0
 
-    def _start(self, seq: list[int]) -> tuple[int, int, int] | None:
-        """(source position to copy from, match length, evidence bucket), or None."""
+    def _start(self, seq: list[int]) -> tuple[int, int, int, int] | None:
+        """(source position to copy from, bytes of that token the reply has written, match
+        length, evidence bucket), or None."""
         s = self.index.seq
-        held, self._held = self._held, False
+        held, self._held, self._projected = self._held, False, False
         if held and self._source is not None and self._source < len(s) - 1:
             if s[self._source] == seq[-1]:  # the target's own token after the copy continued it
                 self.evidence.copied[seq[-1]] += 1
+                self.layout.saw(s, self._source)
                 self._run += 1  # a copy that has held this long is as safe as a match as long
-                return self._source + 1, self.max_match, self.evidence.bucket(self._run)
-            self._depart = (self._source, len(seq) - 1)
+                return self._source + 1, 0, self.max_match, self.evidence.bucket(self._run)
+            self._depart, self._depart_skip = (self._source, len(seq) - 1), 0
+        if self._depart is not None and self.anchor and self.learn_layout:
+            found = self._relaid(seq)
+            if found is not None:
+                return found
+            if self._source is not None:  # the reply changed the text: find the source again
+                at = self.layout.find(s, self._source, seq[-8:])
+                if at is not None:
+                    self._depart, self._depart_skip, self._projected = (at[0], len(seq)), at[1], True
+                    run = self.min_match
+                    return at[0], at[1], run, self.evidence.bucket(run)
         match, end = self.index.match(self._source if self.anchor else None, self.align_window)
         b, aligned = self.evidence.bucket(match), match
         if not match and self.anchor and self._source is not None:
@@ -206,8 +234,26 @@ class PromptLookup(Proposer):
         self._run = aligned
         if self._depart is not None:
             (d_src, d_rep), self._depart = self._depart, None
-            self._learn(seq, d_src, d_rep, end - aligned, len(seq) - aligned)
-        return end, match, b
+            if not self._depart_skip:  # (a departure inside a token is the layout's)
+                self._learn(seq, d_src, d_rep, end - aligned, len(seq) - aligned)
+        return end, 0, match, b
+
+    def _relaid(self, seq: list[int]) -> tuple[int, int, int, int] | None:
+        """Where the copy goes on when the reply, since it departed, wrote its source again
+        laid out otherwise (the same non-blank bytes): as `_start`; None where it wrote
+        something else. Where the two meet at a token boundary, the gaps between are learned."""
+        assert self._depart is not None
+        s = self.index.seq
+        d_rep, start = self._depart[1], (self._depart[0], self._depart_skip)
+        at = self.layout.project(s, start, seq[d_rep:])
+        if at is None or (not self.layout.active and (at == start or at[1])):
+            return None  # (until the reply has laid out anew, it shows a layout where it meets the source)
+        if at[1] == 0 and at != start:
+            self.layout.learn(s, start, at, seq[:d_rep], seq[d_rep:])
+            self._depart, self._depart_skip = (at[0], len(seq)), 0
+        self._projected = True
+        self._run = max(self._run + 1, self.min_match)  # the reply followed the source a token more
+        return at[0], at[1], self._run, self.evidence.bucket(self._run)
 
     def _learn(self, seq: list[int], d_src: int, d_rep: int, source: int, reply: int) -> None:
         """The copy parted from source[d_src] at seq[d_rep] and resumed: source[source:] again
@@ -224,36 +270,71 @@ class PromptLookup(Proposer):
         found = self._start(seq)
         if found is None:
             return self._no_copy(ctx, seq)
-        end, match, b = found
+        end, skip, match, b = found
         s = self.index.seq
         stop = min(len(s), end + min(MAX_PROPOSAL, self.spec_factor * match, max(ctx.remaining - 1, 0)))
         if SEPARATOR in s[end:stop]:  # a copy from the predicted output ends where it ends
             stop = s.index(SEPARATOR, end)
         if stop <= end:
             return Proposal()
-        self._bucket, self._end = b, end
+        self._bucket, self._end, self._end_skip = b, end, skip
         a = self.evidence.rate(b)
         assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
         costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
         stage = self.stage
-        if stage is not False and ctx.has_draft and costs.draft is not None:
+        if stage is not False and ctx.has_draft and costs.draft is not None and not skip:
             k_staged, staged_ms = best_staged_length(a, stop - end, costs.target, costs.draft)
             if stage is None:
                 stage = staged_ms < min(best_length(a, stop - end, costs.target)[1], costs.target.cost(1))
             if stage:
                 return self._staged(ctx, seq, s[end:end + k_staged])
-        tokens, self._after, self._by = self.memory.apply(s, end, stop)  # the copy, edits made
+        tokens, aligned = self._copy(seq, end, stop, skip)
         tokens = tokens[:max(ctx.remaining - 1, 0)]
-        cut = next((i for i, t in enumerate(tokens) if self._by[i] < 0 and self.evidence.stops_at(t)), None)
+        stops = (i for i, t in enumerate(tokens) if self._as_source(i) and self.evidence.stops_at(t))
+        cut = next(stops, None)
         if cut == 0:  # the target writes this one itself; the copy goes on after it
-            self._held, self._source = True, end
+            self._stand(end, skip)
             return Proposal()
         tokens = tokens[:cut]
         k, _ = best_length(a, len(tokens), costs.target)
-        if k == 0:
+        if aligned is not None:  # end where a source token ends, so the copy goes on after it
+            k = next((j for j in range(k, 0, -1) if aligned[j - 1]), k)
+        if k == 0:  # too unsure to pay for a call: the copy still stands where it is
+            self._stand(end, skip)
             return Proposal()
         tokens = list(tokens[:k])
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
+
+    def _stand(self, end: int, skip: int) -> None:
+        """No proposal this round, but the copy stands at source token `end` (`skip` bytes of
+        it written): the target's token is read against it next round."""
+        if not self._projected and not skip:
+            self._held, self._source = True, end
+        # a projected copy keeps its departure: the next round reads the reply from there again
+
+    def _copy(self, seq: list[int], start: int, stop: int,
+              skip: int = 0) -> tuple[list[int], list[bool] | None]:
+        """The indexed tokens from `start` to `stop` (the first `skip` bytes of the first
+        written) as the reply `seq` would copy them: edits made, laid out as it lays them out;
+        with whether each ends where a source token ends (None: all do). Keeps the source
+        position after each token and what changed it."""
+        s = self.index.seq
+        tokens, after, self._by = self.memory.apply(s, start, stop)
+        if skip and (not self._by or self._by[0] >= 0):
+            tokens, after, self._by = [], [], []  # a substitution at a token half written: no copy
+        laid = self.layout.apply(seq, s, (start, skip), tokens, after, self._by)
+        if laid is None:
+            if skip:
+                tokens, after, self._by = [], [], []
+            self._after, self._laid = [(a, 0) for a in after], [-1] * len(tokens)
+            return tokens, None
+        self._after, self._by, self._laid = laid.after, laid.by, laid.rules
+        n = laid.unknown if laid.unknown is not None and self.layout.active else len(laid.tokens)
+        return laid.tokens[:n], [b == 0 for _, b in laid.after[:n]]  # up to a gap it cannot tell
+
+    def _as_source(self, i: int) -> bool:
+        """Whether the i-th proposed token is copied as the source has it (no edit, no layout)."""
+        return self._by[i] < 0 and self._laid[i] < 0
 
     def _no_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         """The proposal where no copy continues the reply (splice.py writes one): a plain step."""
@@ -284,12 +365,16 @@ class PromptLookup(Proposer):
         n = len(proposal)
         self.evidence.add(self._bucket, accepted, stopped=accepted < n)
         for i, t in enumerate(proposal.tokens[:accepted + 1]):
-            if self._by[i] < 0:  # a token copied as the source has it
+            if self._as_source(i):
                 (self.evidence.copied if i < accepted else self.evidence.refused)[t] += 1
         self.memory.score(self._by[:n], accepted)
+        self.layout.score(self._laid[:n], accepted)
         if accepted >= n:
-            self._held, self._source = True, self._after[n - 1]
+            self._source, skip = self._after[n - 1]
+            self._held, self._depart = not skip, None
+            if skip:  # the copy stopped inside a token: read the reply from there
+                self._depart, self._depart_skip = (self._source, self._round_start + n), skip
             self._run += n
-        else:  # the first source token the reply did not copy; the reply's token in its place
-            self._source = self._after[accepted - 1] if accepted else self._end
-            self._depart = (self._source, self._round_start + accepted)
+        else:  # the first source byte the reply did not copy; the reply's token in its place
+            self._source, skip = self._after[accepted - 1] if accepted else (self._end, self._end_skip)
+            self._depart, self._depart_skip = (self._source, self._round_start + accepted), skip

@@ -136,9 +136,9 @@ class Splice(PromptLookup):
             stop = min(len(s), resume + max(room, 0))
             if SEPARATOR in s[resume:stop]:
                 stop = s.index(SEPARATOR, resume)
-            copy, self._after, self._by = self.memory.apply(s, resume, max(stop, resume))
+            copy, _ = self._copy(seq + written, resume, max(stop, resume))
             copy = copy[:max(room, 0)]
-            cut = next((i for i, t in enumerate(copy) if self._by[i] < 0 and self.evidence.stops_at(t)),
+            cut = next((i for i, t in enumerate(copy) if self._as_source(i) and self.evidence.stops_at(t)),
                        len(copy))
             copy = copy[:cut]
         target = ctx.costs.at(len(seq)).target

@@ -1,0 +1,119 @@
+"""The copy proposer follows a reformat byte by byte and lays out what it copies next the way
+the reply has (the fixture target's tokenizer; the replies are known)."""
+
+from __future__ import annotations
+
+from test_edit_memory import replay
+
+from sprinter_edge.bench.edits.transforms import poor_layout
+from sprinter_edge.decoding.proposers.layout import Layout
+from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+
+CODE = '''def area(width, height, scale=1):
+    total = width * height
+    if total > 100:
+        for i in range(3):
+            total = total - i
+    return total * scale
+
+
+def perimeter(width, height):
+    sides = [width, height, width, height]
+    return sum(sides) + 0
+
+
+def ratio(width, height, digits=2):
+    value = width / height
+    if value > 1:
+        value = round(value, digits)
+    return value, digits
+'''
+
+
+def tokenizer(fixture_engine):  # type: ignore[no-untyped-def]
+    model = fixture_engine.target
+    return model, lambda text: model.tokenize(text, add_special=False, special=False)
+
+
+def laid_out(layout: Layout, model, tok, committed: str, text: str) -> str:  # type: ignore[no-untyped-def]
+    """`text` copied after `committed` (its tokens indexed after the committed ones)."""
+    before, tokens = tok(committed), tok(text)
+    source = before + tokens
+    start = len(before)
+    done = layout.apply(before, source, (start, 0), tokens, list(range(start + 1, len(source) + 1)),
+                        [-1] * len(tokens))
+    return text if done is None else model.detokenize(done.tokens)
+
+
+def learn(layout: Layout, tok, source: str, reply: str, before: str = "x = ") -> int:  # type: ignore[no-untyped-def]
+    """The reply wrote `reply` where the source has `source`, both after `before`."""
+    context, old, new = tok(before), tok(source), tok(reply)
+    text = context + old
+    return layout.learn(text, (len(context), 0), (len(text), 0), context, new)
+
+
+def test_where_the_reply_stands_in_its_source_read_without_blanks(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tokenizer(fixture_engine)
+    layout = Layout(model)
+    source = tok("f(a,b)+g(c)")
+    reply = tok("f(a, b")
+    at = layout.project(source + reply, (0, 0), reply)
+    assert at is not None
+    i, skip = at  # the source's bytes up to there are the reply's without its blanks
+    written = b"".join(model.token_bytes(t) for t in source[:i]) + model.token_bytes(source[i])[:skip]
+    assert written == b"f(a,b"
+    assert layout.project(source + tok("f(x"), (0, 0), tok("f(x")) is None  # an edit, not a layout
+
+
+def test_a_space_after_a_comma_is_learned_and_applied(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tokenizer(fixture_engine)
+    layout = Layout(model)
+    assert laid_out(layout, model, tok, "x = ", "f(x,y,z)") == "f(x,y,z)"  # nothing learned yet
+    assert learn(layout, tok, "g(a,b)", "g(a, b)") == 1
+    assert laid_out(layout, model, tok, "x = ", "f(x,y,z)") == "f(x, y, z)"
+    assert laid_out(layout, model, tok, "g(a,", "b)") == " b)"  # the gap before the copy too
+    assert laid_out(layout, model, tok, "g(a", "+b)") == "+b)"  # other characters: no rule
+
+
+def test_an_indentation_teaches_its_scale(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tokenizer(fixture_engine)
+    layout = Layout(model)
+    assert learn(layout, tok, "if a:\n  b", "if a:\n    b", before="pass\n") == 1
+    assert laid_out(layout, model, tok, "pass", "\n  a\n    b\nc") == "\n    a\n        b\nc"
+
+
+def test_a_change_of_text_teaches_no_layout(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tokenizer(fixture_engine)
+    layout = Layout(model)
+    assert learn(layout, tok, "g(a,lo)", "g(a, low)") == 0
+    assert learn(Layout(None), tok, "g(a,b)", "g(a, b)") == 0
+    assert laid_out(layout, model, tok, "x = ", "f(x,y)") == "f(x,y)"
+
+
+def test_a_refused_rule_is_dropped(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    model, tok = tokenizer(fixture_engine)
+    layout = Layout(model)
+    learn(layout, tok, "g(a,b)", "g(a, b)")
+    before, tokens = tok("x = "), tok("f(x,y)")
+    source = before + tokens
+    done = layout.apply(before, source, (len(before), 0), tokens,
+                        list(range(len(before) + 1, len(source) + 1)), [-1] * len(tokens))
+    assert done is not None
+    first = next(i for i, r in enumerate(done.rules) if r >= 0)
+    layout.score(done.rules, first)  # the target refused the token the rule laid out
+    layout.score(done.rules, first)
+    assert laid_out(layout, model, tok, "x = ", "f(x,y)") == "f(x,y)"
+
+
+def test_a_reformat_is_copied_laid_out(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """Along a reply that reformats a poorly laid out file, the copy that follows the source
+    without its blanks and lays it out by the learned rules needs fewer target calls than the
+    copy that matches tokens."""
+    model, tok = tokenizer(fixture_engine)
+    source = poor_layout(CODE)
+    assert source != CODE
+    prompt = tok("Reformat this file to PEP 8:\n") + tok(source)
+    reply = tok(CODE)
+    plain = replay(PromptLookup(layout=False), prompt, reply, model=model)
+    laid = replay(PromptLookup(), prompt, reply, model=model)
+    assert laid[2] < plain[2], (laid, plain)
