@@ -299,8 +299,9 @@ class PromptLookup(Proposer):
         k, _ = best_length(a, len(tokens), costs.target)
         if aligned is not None:  # end where a source token ends, so the copy goes on after it
             k = next((j for j in range(k, 0, -1) if aligned[j - 1]), k)
-        if k == 0:  # too unsure to pay for a call: the copy still stands where it is
-            self._stand(end, skip)
+        if k == 0:  # too unsure to pay for a call
+            if self.layout.active:  # in a reply laying out anew the copy still stands where it is
+                self._stand(end, skip)
             return Proposal()
         tokens = list(tokens[:k])
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
