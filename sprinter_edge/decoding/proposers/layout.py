@@ -11,8 +11,9 @@ changed the text too, `find` looks its last non-blank bytes up near where the co
 Where the reply and the source meet at a token boundary again, each gap between two non-blank
 characters whose whitespace changed is a rule: (the character before, the character after, the
 source's whitespace) -> the reply's. Letters, digits and `_` are one class, so `a,b` teaches
-`x,y`; an indentation that changed teaches its width (2 -> 4 spaces) and, where the new width
-is a multiple of the old, the scale (2 -> 4 teaches 4 -> 8). A copy is laid out by the trusted
+`x,y`; an indentation is learned as a scale, where the new width is a multiple of the old
+(2 -> 4 spaces teaches 4 -> 8; a width for a width would learn the nesting of a copy aligned to
+a similar block at another depth). A copy is laid out by the trusted
 rules and tokenized again, as the target would cut the text it writes.
 
 A rule is a guess like any copied span (a deterministic proposal, a point mass in the p/q
@@ -44,7 +45,7 @@ Position = tuple[int, int]  # (source token, bytes of it already written)
 
 @dataclass
 class Rule:
-    written: bytes | int  # the reply's whitespace (an indentation rule: its width)
+    written: bytes | int  # the reply's whitespace (the indentation's scale: its factor)
     accepted: int = 1  # learned from one occurrence
     refused: int = 0
 
@@ -86,6 +87,11 @@ def _gaps(text: bytes) -> tuple[list[int], list[tuple[int, int]]]:
     (empty where the next one follows at once; the last runs to the end of `text`)."""
     marks = [m.start() for m in _NON_BLANK.finditer(text)]
     return marks, [(m + 1, e) for m, e in zip(marks, [*marks[1:], len(text)], strict=False)]
+
+
+def _past(piece: bytes, i: int, n: int) -> Position:
+    """The position just past byte n of source token i (`piece`: its bytes)."""
+    return (i + 1, 0) if n + 1 == len(piece) else (i, n + 1)
 
 
 def _key(left: int, right: int, gap: bytes) -> tuple:
@@ -176,7 +182,7 @@ class Layout:
                     return None
                 k += 1
                 if k == len(wrote):
-                    return (i + 1, 0) if n + 1 == len(piece) else (i, n + 1)
+                    return _past(piece, i, n)
             i, a = i + 1, 0
         return start
 
@@ -209,8 +215,7 @@ class Layout:
             if found:
                 at = min(found, key=lambda f: abs(where[f][0] - near))
                 i, n = where[at + size - 1]
-                piece = self.tokenizer.token_bytes(source[i])
-                return (i + 1, 0) if n + 1 == len(piece) else (i, n + 1)
+                return _past(self.tokenizer.token_bytes(source[i]), i, n)
         return None
 
     # ------------------------------------------------------------------------ learning
@@ -258,7 +263,7 @@ class Layout:
             return 1
         if b"\n" in was or b"\n" in now or len(now) > MAX_GAP:
             return 0
-        self._keep((_kind(left), _kind(right), was), now)
+        self._keep(_key(left, right, was), now)
         return 1
 
     def saw(self, source: Sequence[int], i: int) -> None:
@@ -293,7 +298,7 @@ class Layout:
             return None
         if left is None or right is None:
             return None
-        rule = self.rules.get((_kind(left), _kind(right), gap))
+        rule = self.rules.get(_key(left, right, gap))
         if rule is not None and rule.trusted:
             assert isinstance(rule.written, bytes)
             return rule.written, rule

@@ -321,11 +321,11 @@ class PromptLookup(Proposer):
         position after each token and what changed it."""
         s = self.index.seq
         tokens, after, self._by = self.memory.apply(s, start, stop)
-        if skip and (not self._by or self._by[0] >= 0):
-            tokens, after, self._by = [], [], []  # a substitution at a token half written: no copy
-        laid = self.layout.apply(seq, s, (start, skip), tokens, after, self._by)
+        laid = None
+        if not skip or (self._by and self._by[0] < 0):  # (no copy from a substitution half written)
+            laid = self.layout.apply(seq, s, (start, skip), tokens, after, self._by)
         if laid is None:
-            if skip:
+            if skip:  # a token half written is copied only laid out
                 tokens, after, self._by = [], [], []
             self._after, self._laid = [(a, 0) for a in after], [-1] * len(tokens)
             return tokens, None
