@@ -10,7 +10,7 @@ from sprinter_edge.costs import Costs, CostTable, Evidence
 from sprinter_edge.decoding import DecodeContext, Stats
 from sprinter_edge.decoding.lookup import COPIES
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
-from sprinter_edge.decoding.proposers.edit_memory import EditMemory
+from sprinter_edge.decoding.proposers.edit_memory import CODE, COMMENT, EditMemory, _scan
 from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
@@ -191,3 +191,48 @@ def test_a_renamed_word_is_not_renamed_inside_a_longer_word(fixture_engine) -> N
     bare = EditMemory()
     bare.learn(None, [p], [text])
     assert model.detokenize(bare.apply(source, 0, len(source))[0]) == "(text)setext(textath"
+
+
+def test_the_scanner_tells_code_from_comments_and_strings() -> None:
+    assert _scan(CODE, b"x = 1  # a note") == COMMENT
+    assert _scan(COMMENT, b" more\n    y") == CODE
+    assert _scan(CODE, b"s = '#' + \"a\\\"b\"  ") == CODE  # a `#` or an escaped quote in a string
+    assert _scan(CODE, b'    """Return the') == b'"""'
+    assert _scan(b'"""', b' path.\n  still "quoted" """') == CODE
+    assert _scan(CODE, b"f('open") == b"'"
+    assert _scan(b"'", b"\n") == CODE  # a one-line string left open ends with its line
+
+
+PROSE_SOURCE = ('def base(path):\n    """Return the last part of path."""\n'
+                "    # path may end in a slash\n    return split(path)[1]\n")
+
+
+def test_a_rename_made_in_code_waits_for_the_reply_in_prose(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+    """A model renames a parameter in code and may keep the word in its docstring and comments:
+    a substitution learned in code is proposed in prose only once the reply renamed it there."""
+    model = fixture_engine.target
+
+    def tok(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, special=False)
+
+    text = tok(PROSE_SOURCE)
+    memory = EditMemory(model)
+    replaced, written = tok(" path"), tok(" text")
+    memory.learn(None, replaced, written)
+    memory.respell(text, replaced, written)
+    copied, _, by = memory.apply(text, 0, len(text))
+    assert model.detokenize(copied) == ('def base(text):\n    """Return the last part of path."""\n'
+                                        "    # path may end in a slash\n    return split(text)[1]\n")
+    assert all(n < 0 or n % 2 == 0 for n in by)  # every substitution made was made in code
+    at = next(i for i in range(len(text)) if text[i:i + len(replaced)] == replaced
+              and memory.in_prose(text, i))
+    memory.learn(None, replaced, written, prose=True)  # the reply renamed it in prose
+    copied, _, by = memory.apply(text, 0, len(text))
+    assert model.detokenize(copied).count("path") < PROSE_SOURCE.count("path") - 2
+    assert any(n >= 0 and n % 2 for n in by)
+    assert memory.in_prose(text, at) and not memory.in_prose(text, 0)
+    # refused in prose: off there, still on in code
+    for _ in range(2):
+        memory.score(memory.apply(text, at, at + len(replaced))[2], 0)
+    again = model.detokenize(memory.apply(text, 0, len(text))[0])
+    assert "base(text)" in again and "of path" in again

@@ -378,8 +378,10 @@ def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: Prompt
         print(f"    @{rnd.pos:5d} +{ok:2d}/{k:2d} wasted {k - ok:2d}  after {before}: proposed "
               f"{show_span(model, [got])} ({'sub' if by >= 0 else 'copy'}), wrote {show_span(model, [want])}")
     for sub in proposer.memory.subs.values():
+        prose = sub.prose_accepted or sub.prose_refused
         print(f"      sub {show_span(model, sub.key)} -> {show_span(model, sub.value)} "
-              f"{'ctx' if sub.contextual else '   '} +{sub.accepted} -{sub.refused}")
+              f"{'ctx' if sub.contextual else '   '} +{sub.accepted} -{sub.refused}"
+              + (f" (in prose +{sub.prose_accepted} -{sub.prose_refused})" if prose else ""))
 
 
 def tasks(args: argparse.Namespace) -> int:

@@ -23,6 +23,9 @@ only where the copy is at a word's start (end), as it was where it was learned.
 A substitution is a guess like any copied span (a deterministic proposal, a point mass in the
 p/q test): exactness never rests on it. Each keeps a score: accepted where it was proposed,
 refused where the target wrote otherwise; one refused more often than accepted is not applied.
+A reply may rename a word in code and keep it in a comment, a docstring or a string, so a
+substitution is scored apart in such prose and in code: trusted in the one where it was learned,
+in the other once the reply has made it there too.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ MAX_WRITTEN = 16  # longest reply span it writes in its place
 # a renamed word, alone in its span between punctuation or spaces that the rename keeps
 _WORD = re.compile(rb"(\W*)([A-Za-z_]\w*)(\W*)")
 _WORDY = re.compile(rb"\w")
+CODE, COMMENT = b"", b"#"  # what a byte of Python is in; else the quotes of the string it is in
 
 
 class Tokenizer(Protocol):
@@ -57,12 +61,26 @@ class Substitution:
     contextual: bool
     starts_word: bool = False  # the key's first (last) byte is a word's: it applies only at a
     ends_word: bool = False    # word's start (end), not inside a longer word
-    accepted: int = 1  # learned from one occurrence
+    accepted: int = 1  # in code; learned from one occurrence
     refused: int = 0
+    prose_accepted: int = 0  # in prose: comments and strings
+    prose_refused: int = 0
 
-    @property
-    def trusted(self) -> bool:
+    def trusted(self, prose: bool = False) -> bool:
+        if prose:
+            return self.prose_accepted > self.prose_refused
         return self.accepted > self.refused
+
+    def add(self, prose: bool, accepted: bool) -> None:
+        """One more application (or occurrence) in prose or in code, accepted or refused."""
+        name = ("prose_" if prose else "") + ("accepted" if accepted else "refused")
+        setattr(self, name, getattr(self, name) + 1)
+
+    @classmethod
+    def learned(cls, key: tuple[int, ...], value: tuple[int, ...], contextual: bool,
+                prose: bool) -> Substitution:
+        """A substitution seen once, in prose or in code."""
+        return cls(key, value, contextual, accepted=int(not prose), prose_accepted=int(prose))
 
 
 class EditMemory:
@@ -73,11 +91,15 @@ class EditMemory:
         self._longest = 0
         self.tokenizer = tokenizer  # None: no respelling
         self._renames: set[tuple[bytes, bytes]] = set()  # words respelled so far
+        self._scanned: list[int] = []  # the text read for prose so far,
+        self._prose: list[bool] = []  # whether each of its tokens starts in prose,
+        self._state = CODE  # and what its end is in
 
-    def learn(self, context: int | None, replaced: Sequence[int], written: Sequence[int]) -> None:
+    def learn(self, context: int | None, replaced: Sequence[int], written: Sequence[int],
+              prose: bool = False) -> None:
         """The reply wrote `written` where the source had `replaced`, after the source token
-        `context`. A replacement is also kept without its context (a rename looks the same
-        everywhere); an insertion (nothing replaced) only with it."""
+        `context` (in prose or in code). A replacement is also kept without its context (a
+        rename looks the same everywhere); an insertion (nothing replaced) only with it."""
         replaced, written = tuple(replaced), tuple(written)
         if replaced == written or len(replaced) > MAX_REPLACED or len(written) > MAX_WRITTEN:
             return
@@ -89,9 +111,9 @@ class EditMemory:
         for key, value, contextual in keys:
             old = self.subs.get(key)
             if old is not None and old.value == value:
-                old.accepted += 1
+                old.add(prose, accepted=True)
             else:
-                self._add(Substitution(key, value, contextual))
+                self._add(Substitution.learned(key, value, contextual, prose))
 
     def _add(self, sub: Substitution) -> None:
         """Keep `sub` (replacing one of the same key); `apply` looks keys up to the longest."""
@@ -108,12 +130,12 @@ class EditMemory:
         return self.tokenizer.token_bytes(token) if token >= 0 else b"\0"
 
     def respell(self, text: Sequence[int], replaced: Sequence[int], written: Sequence[int],
-                context: int | None = None) -> int:
+                context: int | None = None, prose: bool = False) -> int:
         """Where `written` renames the one word of `replaced` (the same punctuation around it),
         or, read after the `context` token, of context + `replaced` (a rename that writes on
         after the old word's token), a substitution for every other tokenization of that word in
         `text` (the indexed tokens; negative ids are separators): its tokens, with the new word,
-        retokenized. The number of substitutions added."""
+        retokenized, trusted where the rename was made (`prose`). The number added."""
         if self.tokenizer is None or not written:
             return 0
         word = self._rename(replaced, written) if replaced else None
@@ -142,7 +164,7 @@ class EditMemory:
             except UnicodeDecodeError:  # the span cuts a character: its tokens hold part of one
                 continue
             if value and len(value) <= MAX_WRITTEN and tuple(value) != key:
-                self._add(Substitution(key, tuple(value), contextual=False))
+                self._add(Substitution.learned(key, tuple(value), False, prose))
                 added += 1
         return added
 
@@ -161,9 +183,9 @@ class EditMemory:
 
     def apply(self, source: Sequence[int], start: int, end: int) -> tuple[list[int], list[int], list[int]]:
         """The copy of source[start:end] with every trusted substitution made: (tokens, the
-        source position after each token, the substitution that wrote each token or -1). A key
-        with its context token matches with that token at source[i - 1] (so at `start` too); an
-        insertion goes before source[i]."""
+        source position after each token, what wrote each token or -1: twice the substitution's
+        number, plus 1 in prose). A key with its context token matches with that token at
+        source[i - 1] (so at `start` too); an insertion goes before source[i]."""
         tokens: list[int] = []
         after: list[int] = []
         by: list[int] = []
@@ -172,6 +194,9 @@ class EditMemory:
         inserted_at = -1
         while i < end:
             sub = self._at(source, i, end, insertion=inserted_at != i) if self.subs else None
+            prose = sub is not None and self.in_prose(source, i)
+            if sub is not None and not sub.trusted(prose):
+                sub = None
             if sub is None:
                 tokens.append(source[i])
                 after.append(i + 1)
@@ -182,22 +207,22 @@ class EditMemory:
             written = sub.value[1:] if sub.contextual else sub.value
             tokens.extend(written)
             after.extend([i + width] * len(written))
-            by.extend([ids[sub.key]] * len(written))
+            by.extend([2 * ids[sub.key] + prose] * len(written))
             if width == 0:
                 inserted_at = i  # then copy source[i] itself
             i += width
         return tokens, after, by
 
     def _at(self, source: Sequence[int], i: int, end: int, *, insertion: bool) -> Substitution | None:
-        """The longest trusted substitution whose source tokens start at i (context keys first);
-        an insertion (nothing replaced) only when `insertion`."""
+        """The longest substitution trusted anywhere whose source tokens start at i (context keys
+        first); an insertion (nothing replaced) only when `insertion`."""
         for n in range(min(self._longest, end - i + 1), 0, -1):
             for contextual in (True, False):
                 lo = i - 1 if contextual else i
                 if lo < 0 or lo + n > end:
                     continue
                 sub = self.subs.get(tuple(source[lo:lo + n]))
-                if sub is None or sub.contextual != contextual or not sub.trusted:
+                if sub is None or sub.contextual != contextual or not (sub.trusted() or sub.trusted(True)):
                     continue
                 if contextual and n == 1 and not insertion:
                     continue
@@ -214,6 +239,20 @@ class EditMemory:
         return not (sub.ends_word and i + n < len(source)
                     and _WORDY.fullmatch(self._spell(source[i + n])[:1]))
 
+    def in_prose(self, source: Sequence[int], i: int) -> bool:
+        """Whether source[i] starts in prose (a comment or a string) rather than code (False
+        without a tokenizer). The text is read once, as it grows."""
+        if self.tokenizer is None:
+            return False
+        n = len(self._scanned)
+        if len(source) < n or source[:n] != self._scanned:
+            self._scanned, self._prose, self._state, n = [], [], CODE, 0
+        for t in source[n:i + 1]:
+            self._prose.append(self._state != CODE)
+            self._state = CODE if t < 0 else _scan(self._state, self._spell(t))
+        self._scanned.extend(source[n:i + 1])
+        return self._prose[i]
+
     def score(self, by: Sequence[int], accepted: int) -> None:
         """The target accepted the first `accepted` tokens of a proposal whose tokens `by`
         substitutions wrote: an application all of whose tokens passed counts as accepted, the
@@ -224,9 +263,33 @@ class EditMemory:
             n, k = by[j], j
             while k + 1 < len(by) and by[k + 1] == n:
                 k += 1
-            if n >= 0:
-                if k < accepted:
-                    subs[n].accepted += 1
-                elif j <= accepted:
-                    subs[n].refused += 1
+            if n >= 0 and (k < accepted or j <= accepted):
+                subs[n >> 1].add(bool(n & 1), accepted=k < accepted)
             j = k + 1
+
+
+def _scan(state: bytes, text: bytes) -> bytes:
+    """What Python text is in after `text`, from `state` (CODE, COMMENT or a string's quotes).
+    A string's quotes are read within one token's bytes: a triple quote cut by the tokenizer
+    reads as an empty string and a quote (rare; a guess either way)."""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i:i + 1]
+        if state == CODE:
+            if c == b"#":
+                state = COMMENT
+            elif c in (b"'", b'"'):
+                state = c * 3 if text[i:i + 3] == c * 3 else c
+                i += len(state) - 1
+        elif state == COMMENT:
+            if c == b"\n":
+                state = CODE
+        elif c == b"\\":
+            i += 1  # an escaped character
+        elif text[i:i + len(state)] == state:
+            i += len(state) - 1
+            state = CODE
+        elif c == b"\n" and len(state) == 1:  # a string left open at the end of its line
+            state = CODE
+        i += 1
+    return state

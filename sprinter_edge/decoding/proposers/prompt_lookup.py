@@ -260,8 +260,10 @@ class PromptLookup(Proposer):
         lines up with seq[reply:]. What the reply wrote in between replaced what the source had."""
         if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
             s = self.index.seq
-            self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply])
-            self.memory.respell(s, s[d_src:source], seq[d_rep:reply], context=s[d_src - 1])
+            prose = self.memory.in_prose(s, d_src)
+            self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply], prose)
+            self.memory.respell(s, s[d_src:source], seq[d_rep:reply], context=s[d_src - 1],
+                                prose=prose)
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.index.extend(seq)
