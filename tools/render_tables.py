@@ -220,6 +220,11 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         "bench-results-file-edits-report-10-layout.json",
         columns=(*REPORT_COLUMNS, "identical", RENAME_COPIES),
         headers=(*REPORT_HEADERS, (RENAME_COPIES, "copied-token acceptance, renames"))),
+    "file-edits-report-renames-prose": Table(
+        "bench-results-file-edits-report-renames-prose.json",
+        columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "identical",
+                 RENAME_COPIES),
+        headers=((RENAME_COPIES, "copied-token acceptance"),)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
