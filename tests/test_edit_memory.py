@@ -81,6 +81,31 @@ def test_an_insertion_after_its_context_token() -> None:
     assert after == [1, 1, 2, 3, 3, 3, 4]  # source positions: the insertion consumes none
 
 
+def test_a_proposal_cut_inside_an_edit_goes_on_inside_it() -> None:
+    """A proposal may end inside a substitution's written tokens (the cost cut is blind to
+    them): where the target then writes the edit's next token, the copy goes on with the rest
+    of the edit and the source after it, instead of reading a departure from the source."""
+    source = [10, 11, 12, 13, 40, 20, 21, 22, 23, 24, 25, 26, 27, 28]
+    prompt = [1, 2, 3] + source + [4, 5]
+    reply = [10, 11, 12]
+    after = {}
+    for resume in (True, False):
+        proposer = PromptLookup(resume_edits=resume)
+        ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
+                            max_new_tokens=8, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+        proposer.begin(ctx, prompt)
+        proposer.memory.learn(40, [], [41, 42, 43, 44])  # a hint of four tokens after 40
+        ctx.produced = len(reply)
+        first = proposer.propose(ctx, prompt + reply)
+        assert first.tokens == [13, 40]  # cut before the hint (a fresh match is priced short)
+        proposer.feedback(ctx, first, len(first))
+        seq = prompt + reply + first.tokens + [41]  # the target writes the hint's first token
+        ctx.produced, ctx.max_new_tokens = len(seq) - len(prompt), 100
+        after[resume] = proposer.propose(ctx, seq).tokens
+    assert after[True][:6] == [42, 43, 44, 20, 21, 22]
+    assert after[False][:1] != [42]
+
+
 def test_a_copy_that_holds_is_priced_as_a_long_match() -> None:
     """After a short match (a poor bucket) the copy holds: each round prices it by how long it
     has held, so the proposals grow to full calls within a few rounds."""

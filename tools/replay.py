@@ -61,6 +61,7 @@ log = logging.getLogger("replay")
 
 # used when no cost table is found: a 64-row call costs what 8 single steps cost
 FALLBACK = CostTable(last={1: 10.0, 64: 80.0}, full={1: 10.0, 64: 80.0})
+VERBOSE = False  # --verbose: trace each refused proposal whole
 KIND = "edit"  # the request kind the copy evidence is kept under (both edit workloads are edits)
 
 # name: (PromptLookup's keywords, CopyEvidence.with_priors's keywords); "shipped" is the defaults
@@ -71,6 +72,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "no-respell": ({"respell": False}, {}),
     "no-layout": ({"layout": False}, {}),
     "no-align": ({"align_window": 0}, {}),
+    "no-resume-edits": ({"resume_edits": False}, {}),
     "align-window-8": ({"align_window": 8}, {}),
     "anchor-prior-0.7": ({}, {"anchor_prior": 0.7}),
     "anchor-prior-0.8": ({}, {"anchor_prior": 0.8}),
@@ -377,6 +379,9 @@ def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: Prompt
         before = show_span(model, reply[max(rnd.pos + ok - 6, 0):rnd.pos + ok])
         print(f"    @{rnd.pos:5d} +{ok:2d}/{k:2d} wasted {k - ok:2d}  after {before}: proposed "
               f"{show_span(model, [got])} ({'sub' if by >= 0 else 'copy'}), wrote {show_span(model, [want])}")
+        if VERBOSE:
+            print(f"           from {show_span(model, reply[max(rnd.pos - 8, 0):rnd.pos])} ~ "
+                  f"{show_span(model, rnd.proposal.tokens)}")
     for sub in proposer.memory.subs.values():
         prose = sub.prose_accepted or sub.prose_refused
         print(f"      sub {show_span(model, sub.key)} -> {show_span(model, sub.value)} "
@@ -444,6 +449,8 @@ def parser() -> argparse.ArgumentParser:
                        help="per task, the share of copied tokens accepted, against the bench's")
     t.add_argument("--variant", default="shipped", choices=tuple(VARIANTS), help="the policy replayed")
     t.add_argument("--trace", default=None, help="print refused proposals of tasks whose id contains this")
+    t.add_argument("--verbose", action="store_true", help="with --trace: each refused proposal whole, "
+                   "with the reply before it")
     t.add_argument("--fresh", action="store_true",
                    help="copy evidence from its priors for each task (no carry-over between tasks)")
     t.set_defaults(run=tasks, default_method="auto")
@@ -452,6 +459,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    global VERBOSE
+    VERBOSE = getattr(args, "verbose", False)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.method is None:
         args.method = args.default_method

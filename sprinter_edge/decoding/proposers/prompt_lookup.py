@@ -25,6 +25,11 @@ over a longer one elsewhere: in a file of similar functions, the reply's previou
 with the edit already made, matches longer than the function's own source, and goes on as
 that function did.
 
+A proposal is cut where tokens per millisecond peak, which may fall inside the tokens an edit
+writes (half of a type hint). When the target's token after it is the edit's next one, the
+copy goes on inside the edit, then with the source after it; read against the source, that
+token would be a departure, and the copy would look for its place again.
+
 A reformat changes the tokens at nearly every gap (`,b` is one token, `, b` two), so no match
 of tokens follows it. Read without its blanks, the reply still follows its source: the copy
 goes on from where the reply stands in the source byte by byte, laid out by the whitespace
@@ -48,7 +53,7 @@ import numpy as np
 from ...costs.pricing import best_length, best_staged_length
 from .base import Proposal, Proposer
 from .copy_evidence import CopyEvidence
-from .edit_memory import EditMemory
+from .edit_memory import MAX_REPLACED, EditMemory
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -167,7 +172,8 @@ class PromptLookup(Proposer):
     def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
                  anchor: bool = True, learn_edits: bool = True, respell: bool = True, layout: bool = True,
                  anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
-                 min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR):
+                 min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR,
+                 resume_edits: bool = True):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
@@ -175,6 +181,7 @@ class PromptLookup(Proposer):
         self.respell = respell
         self.learn_layout = layout
         self.anchor_window, self.align_window = anchor_window, align_window
+        self.resume_edits = resume_edits
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
         self.index = SuffixIndex(min_match=min_match, max_match=max_match)
@@ -192,6 +199,11 @@ class PromptLookup(Proposer):
         self._depart_skip = 0  # bytes of the departure's source token the reply had written
         self._end_skip = 0  # bytes of the proposal's first source token the reply had written
         self._projected = False  # the proposal continues the source laid out otherwise
+        # the copy's token after the proposal where an edit wrote it: (token, the source position
+        # of the substitution it is in, how many of its written tokens it completes)
+        self._next: tuple[int, int, int] | None = None
+        self._copied: list[int] = []  # the last copy, before it was cut to a proposal
+        self._drop = 0  # written tokens of the substitution this proposal starts in, already in the reply
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
@@ -206,7 +218,13 @@ class PromptLookup(Proposer):
         length, evidence bucket), or None."""
         s = self.index.seq
         held, self._held, self._projected = self._held, False, False
+        nxt, self._next, self._drop = self._next, None, 0
         if held and self._source is not None and self._source < len(s) - 1:
+            if nxt is not None and nxt[0] == seq[-1] and self._resumes(seq, nxt[1], nxt[2]):
+                # the target wrote on as the edit does: the copy goes on inside the substitution
+                self._run += 1
+                self._drop = nxt[2]
+                return nxt[1], 0, self.max_match, self.evidence.bucket(self._run)
             if s[self._source] == seq[-1]:  # the target's own token after the copy continued it
                 self.evidence.copied[seq[-1]] += 1
                 self.layout.saw(s, self._source)
@@ -237,6 +255,28 @@ class PromptLookup(Proposer):
             if not self._depart_skip:  # (a departure inside a token is the layout's)
                 self._learn(seq, d_src, d_rep, end - aligned, len(seq) - aligned)
         return end, 0, match, b
+
+    def _resumes(self, seq: list[int], at: int, written: int) -> bool:
+        """Whether the copy from source position `at`, edits made, starts with the reply's last
+        `written` tokens (a substitution there the reply is writing)."""
+        s = self.index.seq
+        tokens, _, _ = self.memory.apply(s, at, min(len(s), at + MAX_REPLACED + 1))
+        return len(tokens) > written and tokens[:written] == seq[-written:]
+
+    def _next_of(self, k: int) -> tuple[int, int, int] | None:
+        """The copy's token k (the one after a proposal of k tokens) where a substitution wrote it,
+        with where that substitution's source tokens start and how many of its written tokens
+        the reply holds once it is written; None: a token of the source as it is (or none)."""
+        by, after = self._by, self._after
+        if not self.resume_edits or k >= len(by) or by[k] < 0 or self._laid[k] >= 0:
+            return None
+        j = k
+        while j > 0 and by[j - 1] == by[k] and after[j - 1] == after[k]:
+            j -= 1
+        written = k - j + 1 + (self._drop if j == 0 else 0)
+        sub = list(self.memory.subs.values())[by[k] >> 1]
+        width = len(sub.key) - (1 if sub.contextual else 0)
+        return self._copied[k], after[k][0] - width, written
 
     def _relaid(self, seq: list[int]) -> tuple[int, int, int, int] | None:
         """Where the copy goes on when the reply, since it departed, wrote its source again
@@ -284,13 +324,14 @@ class PromptLookup(Proposer):
         assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
         costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
         stage = self.stage
-        if stage is not False and ctx.has_draft and costs.draft is not None and not skip:
+        if stage is not False and ctx.has_draft and costs.draft is not None and not skip and not self._drop:
             k_staged, staged_ms = best_staged_length(a, stop - end, costs.target, costs.draft)
             if stage is None:
                 stage = staged_ms < min(best_length(a, stop - end, costs.target)[1], costs.target.cost(1))
             if stage:
                 return self._staged(ctx, seq, s[end:end + k_staged])
-        tokens, aligned = self._copy(seq, end, stop, skip)
+        tokens, aligned = self._copy(seq, end, stop, skip, self._drop)
+        self._copied = tokens
         tokens = tokens[:max(ctx.remaining - 1, 0)]
         stops = (i for i, t in enumerate(tokens) if self._as_source(i) and self.evidence.stops_at(t))
         cut = next(stops, None)
@@ -305,6 +346,7 @@ class PromptLookup(Proposer):
             if self.layout.active:  # in a reply laying out anew the copy still stands where it is
                 self._stand(end, skip)
             return Proposal()
+        self._next = self._next_of(k)
         tokens = list(tokens[:k])
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
 
@@ -315,16 +357,20 @@ class PromptLookup(Proposer):
             self._held, self._source = True, end
         # a projected copy keeps its departure: the next round reads the reply from there again
 
-    def _copy(self, seq: list[int], start: int, stop: int,
-              skip: int = 0) -> tuple[list[int], list[bool] | None]:
+    def _copy(self, seq: list[int], start: int, stop: int, skip: int = 0,
+              drop: int = 0) -> tuple[list[int], list[bool] | None]:
         """The indexed tokens from `start` to `stop` (the first `skip` bytes of the first
-        written) as the reply `seq` would copy them: edits made, laid out as it lays them out;
-        with whether each ends where a source token ends (None: all do). Keeps the source
-        position after each token and what changed it."""
+        written; the first `drop` tokens, a substitution's, all written) as the reply `seq` would
+        copy them: edits made, laid out as it lays them out; with whether each ends where a
+        source token ends (None: all do). Keeps the source position after each token and what
+        changed it."""
         s = self.index.seq
         tokens, after, self._by = self.memory.apply(s, start, stop)
+        if drop:
+            tokens, after, self._by = tokens[drop:], after[drop:], self._by[drop:]
         laid = None
-        if not skip or (self._by and self._by[0] < 0):  # (no copy from a substitution half written)
+        # (no copy laid out from a substitution half written)
+        if not drop and (not skip or (self._by and self._by[0] < 0)):
             laid = self.layout.apply(seq, s, (start, skip), tokens, after, self._by)
         if laid is None:
             if skip:  # a token half written is copied only laid out
