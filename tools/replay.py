@@ -138,6 +138,17 @@ def recorded_replies(data: dict, split: str | None) -> list[tuple[str, str]]:
     return out
 
 
+def costs_of(path: Path) -> CostTable:
+    """The target's cost table in a cost-cache file, or the one a bench run recorded (its
+    bench.json's `cost_model`: the run's own machine)."""
+    data = json.loads(path.read_text())
+    if "cost_model" not in data:
+        return read_costs(path)
+    table = CostTable.from_dict(data["cost_model"]["target"])
+    table.make_monotone()
+    return table
+
+
 def load(args: argparse.Namespace) -> tuple[list[Recorded], Engine, CostTable, dict]:
     """The replayed tasks, an engine over the pair (to tokenize), the cost table, the bench.json."""
     data = json.loads(args.bench_json.read_text())
@@ -149,7 +160,7 @@ def load(args: argparse.Namespace) -> tuple[list[Recorded], Engine, CostTable, d
     recorded = [Recorded(pid, engine.encode(text), replies[pid], bench.get(pid, {}))
                 for pid, text in recorded_replies(data, split)]
     if args.costs is not None:
-        table, where = read_costs(args.costs), str(args.costs)
+        table, where = costs_of(args.costs), str(args.costs)
     elif cost_file(engine.target).is_file():
         table, where = read_costs(cost_file(engine.target)), "this machine's cached table"
     elif args.measure_costs:
@@ -431,7 +442,8 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--split", default="tuning", choices=(*SPLITS, "all"),
                         help="replay only the edit tasks on this side of the split (all: both)")
     common.add_argument("--costs", type=Path, default=None,
-                        help="a cost-cache file to price calls from (None: this machine's cached table)")
+                        help="a cost-cache file, or a bench.json whose recorded costs price the calls "
+                             "(None: this machine's cached table)")
     common.add_argument("--measure-costs", action="store_true",
                         help="time the target now when no cost table is cached (off: a fixed table)")
     common.add_argument("--method", default=None,
