@@ -106,6 +106,31 @@ def test_a_proposal_cut_inside_an_edit_goes_on_inside_it() -> None:
     assert after[False][:1] != [42]
 
 
+def test_a_copy_of_the_reply_gives_way_to_the_source_where_they_meet() -> None:
+    """In a file of similar functions the reply's previous function, edits made, can match
+    longer than the source: copied on, it writes that function's operator. Where two of its
+    tokens meet the source just after where the copy left it, the source goes on instead."""
+    DEF, X, NL, IND, Q, SAME, END, Y, NL2 = range(10, 19)
+    source = [DEF, 101, X, NL, IND, Q, SAME, 201, END, DEF, 102, X, NL, IND, Q, SAME, 202, END]
+    prompt = [1, 2, 3] + source + [4, 5]
+    seq = prompt + [DEF, 101, Y, NL2, IND, Q, SAME, 201, END, DEF, 102, Y, NL2]
+    copies = {}
+    for home in (None, 3 + 11):  # where the copy stood in the source: the second function's X
+        proposer = PromptLookup()
+        ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
+                            max_new_tokens=100, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+        proposer.begin(ctx, prompt)
+        proposer.index.extend(seq)
+        start = len(prompt) + 4  # the reply's first function, after its NL2
+        tokens, _ = proposer._copy(seq, start, start + 6)
+        assert tokens == [IND, Q, SAME, 201, END, DEF]
+        proposer._home = home
+        copies[home] = proposer._homeward(seq, tokens) if home is not None else tokens
+        assert len(proposer._after) == len(copies[home])
+    assert copies[None][3] == 201
+    assert copies[3 + 11][:5] == [IND, Q, SAME, 202, END]
+
+
 def test_a_copy_that_holds_is_priced_as_a_long_match() -> None:
     """After a short match (a poor bucket) the copy holds: each round prices it by how long it
     has held, so the proposals grow to full calls within a few rounds."""

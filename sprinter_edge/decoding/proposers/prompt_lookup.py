@@ -23,7 +23,9 @@ point continues the copy at once. Anchored proposals keep acceptance evidence of
 A match that ends within ALIGN_WINDOW tokens after that point continues the copy too, and wins
 over a longer one elsewhere: in a file of similar functions, the reply's previous function,
 with the edit already made, matches longer than the function's own source, and goes on as
-that function did.
+that function did. Where no match lies near it and the copy goes on from the reply's own text,
+it gives way to the source within the proposal, where two of its tokens meet the source just
+after where the copy left it: the previous function's signature, then this one's operator.
 
 A proposal is cut where tokens per millisecond peak, which may fall inside the tokens an edit
 writes (half of a type hint). When the target's token after it is the edit's next one, the
@@ -173,7 +175,7 @@ class PromptLookup(Proposer):
                  anchor: bool = True, learn_edits: bool = True, respell: bool = True, layout: bool = True,
                  anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
                  min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR,
-                 resume_edits: bool = True):
+                 resume_edits: bool = True, return_home: bool = True):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
@@ -181,7 +183,7 @@ class PromptLookup(Proposer):
         self.respell = respell
         self.learn_layout = layout
         self.anchor_window, self.align_window = anchor_window, align_window
-        self.resume_edits = resume_edits
+        self.resume_edits, self.return_home = resume_edits, return_home
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
         self.index = SuffixIndex(min_match=min_match, max_match=max_match)
@@ -204,10 +206,13 @@ class PromptLookup(Proposer):
         self._next: tuple[int, int, int] | None = None
         self._copied: list[int] = []  # the last copy, before it was cut to a proposal
         self._drop = 0  # written tokens of the substitution this proposal starts in, already in the reply
+        self._reply_at = 0  # where the reply starts in the index: before it, the sources
+        self._home: int | None = None  # where the copy stood in a source when it went on from the reply
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
         self.index.extend(prompt)
+        self._reply_at, self._home = len(self.index.seq), None
         self.memory = EditMemory(ctx.target if self.respell else None)  # its tokenizer spells renames
         self.layout = Layout(ctx.target if self.learn_layout else None)
         self._source, self._depart, self._held = None, None, False
@@ -243,6 +248,9 @@ class PromptLookup(Proposer):
                     return at[0], at[1], run, self.evidence.bucket(run)
         match, end = self.index.match(self._source if self.anchor else None, self.align_window)
         b, aligned = self.evidence.bucket(match), match
+        if match:  # a copy of the reply's own text remembers where it stood in the source
+            in_source = self._source is not None and self._source < self._reply_at
+            self._home = None if end < self._reply_at else self._source if in_source else self._home
         if not match and self.anchor and self._source is not None:
             end, b = self.index.anchor(self._source, self.anchor_window), self.evidence.anchor_slot
             match = self.min_match if end else 0  # an anchor is worth a short match's span
@@ -331,6 +339,8 @@ class PromptLookup(Proposer):
             if stage:
                 return self._staged(ctx, seq, s[end:end + k_staged])
         tokens, aligned = self._copy(seq, end, stop, skip, self._drop)
+        if self._home is not None and self.return_home and aligned is None and not skip and not self._drop:
+            tokens = self._homeward(seq, tokens)
         self._copied = tokens
         tokens = tokens[:max(ctx.remaining - 1, 0)]
         stops = (i for i, t in enumerate(tokens) if self._as_source(i) and self.evidence.stops_at(t))
@@ -349,6 +359,30 @@ class PromptLookup(Proposer):
         self._next = self._next_of(k)
         tokens = list(tokens[:k])
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
+
+    def _homeward(self, seq: list[int], tokens: list[int]) -> list[int]:
+        """A copy of the reply's own text (a similar function written before) given up for the
+        source where two of its tokens meet the source just after where the copy left it: past
+        that, the source's text is this function's (its operator, its name), the reply's another's."""
+        assert self._home is not None
+        s, home = self.index.seq, self._home
+        for j in range(1, len(tokens)):
+            a, b = seq[-1] if j == 1 else tokens[j - 2], tokens[j - 1]
+            for h in range(max(home, 1), min(home + self.anchor_window + j, self._reply_at - 1)):
+                if s[h] != b or s[h - 1] != a or s[h + 1] == SEPARATOR:
+                    continue
+                kept = self._after[:j], self._by[:j], self._laid[:j]
+                stop = h + 1 + len(tokens) - j
+                if SEPARATOR in s[h + 1:stop]:
+                    stop = s.index(SEPARATOR, h + 1)
+                rest, aligned = self._copy(seq + tokens[:j], h + 1, min(stop, self._reply_at))
+                if aligned is not None or not rest:
+                    return tokens
+                self._after, self._by = kept[0] + self._after, kept[1] + self._by
+                self._laid = kept[2] + self._laid
+                self._home = None
+                return tokens[:j] + rest
+        return tokens
 
     def _stand(self, end: int, skip: int) -> None:
         """No proposal this round, but the copy stands at source token `end` (`skip` bytes of
