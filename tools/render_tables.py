@@ -80,6 +80,7 @@ REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit
                   "ttft", "e2e vs ar", "calls/tok", "done", "plans")
 REPORT_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)
 RENAME_COPIES = "copy acc@id:file_edit/rename_parameter/"  # the renames' copied-token acceptance
+TYPE_HINT_FILES = tuple(f"vs ar@id:file_edit/type_hints/{m}" for m in ("operator", "colorsys"))
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -225,6 +226,13 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "identical",
                  RENAME_COPIES),
         headers=((RENAME_COPIES, "copied-token acceptance"),)),
+    "file-edits-report-type-hints": Table(
+        ("bench-results-file-edits-report-type-hints.json",
+         "bench-results-file-edits-report-type-hints-md.json"),
+        labels=("first run", "second run"),
+        columns=("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
+                 "e2e vs ar", "calls/tok", "identical", "done", "plans"),
+        headers=tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
