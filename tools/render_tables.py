@@ -81,6 +81,7 @@ REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit
 REPORT_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)
 RENAME_COPIES = "copy acc@id:file_edit/rename_parameter/"  # the renames' copied-token acceptance
 TYPE_HINT_FILES = tuple(f"vs ar@id:file_edit/type_hints/{m}" for m in ("operator", "colorsys"))
+FSTRING_FILES = tuple(f"vs ar@id:file_edit/fstring/{m}" for m in ("email.quoprimime", "calendar"))
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -233,6 +234,11 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         columns=("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
                  "e2e vs ar", "calls/tok", "identical", "done", "plans"),
         headers=tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)),
+    "file-edits-report-fstrings": Table(
+        "bench-results-file-edits-report-fstrings.json",
+        columns=("method", "tok/s", "vs ar", "of floor", *FSTRING_FILES, "ttft", "e2e", "e2e vs ar",
+                 "calls/tok", "identical", "done", "plans"),
+        headers=tuple((c, c.rsplit("/", 1)[-1]) for c in FSTRING_FILES)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
