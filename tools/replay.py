@@ -61,7 +61,6 @@ log = logging.getLogger("replay")
 
 # used when no cost table is found: a 64-row call costs what 8 single steps cost
 FALLBACK = CostTable(last={1: 10.0, 64: 80.0}, full={1: 10.0, 64: 80.0})
-VERBOSE = False  # --verbose: trace each refused proposal whole
 KIND = "edit"  # the request kind the copy evidence is kept under (both edit workloads are edits)
 
 # name: (PromptLookup's keywords, CopyEvidence.with_priors's keywords); "shipped" is the defaults
@@ -381,8 +380,10 @@ def show_span(model: Any, tokens: Any) -> str:
     return "|".join(model.detokenize([t]) for t in tokens).replace("\n", "\\n")
 
 
-def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: PromptLookup) -> None:
-    """Every refused proposal of a replay: where, what was proposed, what the target wrote."""
+def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: PromptLookup,
+                  verbose: bool = False) -> None:
+    """Every refused proposal of a replay: where, what was proposed, what the target wrote
+    (`verbose`: the whole proposal, after the reply before it)."""
     for rnd in done.rounds:
         k, ok = len(rnd.proposal), rnd.accepted
         if ok >= k:
@@ -392,7 +393,7 @@ def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: Prompt
         before = show_span(model, reply[max(rnd.pos + ok - 6, 0):rnd.pos + ok])
         print(f"    @{rnd.pos:5d} +{ok:2d}/{k:2d} wasted {k - ok:2d}  after {before}: proposed "
               f"{show_span(model, [got])} ({'sub' if by >= 0 else 'copy'}), wrote {show_span(model, [want])}")
-        if VERBOSE:
+        if verbose:
             print(f"           from {show_span(model, reply[max(rnd.pos - 8, 0):rnd.pos])} ~ "
                   f"{show_span(model, rnd.proposal.tokens)}")
     for sub in proposer.memory.subs.values():
@@ -426,7 +427,7 @@ def tasks(args: argparse.Namespace) -> int:
               f"{c.copied_accepted / max(c.copied_tokens, 1):.3f} ({c.target_calls:3d} calls, "
               f"{done.ms / 1000:5.1f} s predicted)   {args.method} {b}")
         if args.trace and args.trace in r.task:
-            trace_refused(model, done, r.reply, proposer)
+            trace_refused(model, done, r.reply, proposer, args.verbose)
     print(f"{'all':48s} replay {accepted:4d}/{proposed:4d} = {accepted / max(proposed, 1):.3f} "
           f"({total_ms / 1000:.1f} s predicted)")
     engine.close()
@@ -473,8 +474,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    global VERBOSE
-    VERBOSE = getattr(args, "verbose", False)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.method is None:
         args.method = args.default_method

@@ -66,6 +66,11 @@ class Substitution:
     prose_accepted: int = 0  # in prose: comments and strings
     prose_refused: int = 0
 
+    @property
+    def width(self) -> int:
+        """How many source tokens it replaces (0: an insertion after its context token)."""
+        return len(self.key) - (1 if self.contextual else 0)
+
     def trusted(self, prose: bool = False) -> bool:
         if prose:
             return self.prose_accepted > self.prose_refused
@@ -203,7 +208,7 @@ class EditMemory:
                 by.append(-1)
                 i += 1
                 continue
-            width = len(sub.key) - (1 if sub.contextual else 0)  # source tokens it replaces
+            width = sub.width
             written = sub.value[1:] if sub.contextual else sub.value
             tokens.extend(written)
             after.extend([i + width] * len(written))
@@ -253,11 +258,15 @@ class EditMemory:
         self._scanned.extend(source[n:i + 1])
         return self._prose[i]
 
+    def substitution(self, by: int) -> Substitution:
+        """The substitution that wrote a token, from `apply`'s `by` for it (>= 0)."""
+        return list(self.subs.values())[by >> 1]
+
     def score(self, by: Sequence[int], accepted: int) -> None:
         """The target accepted the first `accepted` tokens of a proposal whose tokens `by`
         substitutions wrote: an application all of whose tokens passed counts as accepted, the
         one holding the first refused token as refused."""
-        subs = list(self.subs.values())
+        subs = list(self.subs.values())  # (`substitution`, read once)
         j = 0
         while j < len(by):
             n, k = by[j], j

@@ -248,9 +248,10 @@ class PromptLookup(Proposer):
                     return at[0], at[1], run, self.evidence.bucket(run)
         match, end = self.index.match(self._source if self.anchor else None, self.align_window)
         b, aligned = self.evidence.bucket(match), match
-        if match:  # a copy of the reply's own text remembers where it stood in the source
-            in_source = self._source is not None and self._source < self._reply_at
-            self._home = None if end < self._reply_at else self._source if in_source else self._home
+        if match and end < self._reply_at:  # a copy of a source: no way home to keep
+            self._home = None
+        elif match and self._source is not None and self._source < self._reply_at:
+            self._home = self._source  # a copy of the reply's own text: where it stood in the source
         if not match and self.anchor and self._source is not None:
             end, b = self.index.anchor(self._source, self.anchor_window), self.evidence.anchor_slot
             match = self.min_match if end else 0  # an anchor is worth a short match's span
@@ -282,9 +283,7 @@ class PromptLookup(Proposer):
         while j > 0 and by[j - 1] == by[k] and after[j - 1] == after[k]:
             j -= 1
         written = k - j + 1 + (self._drop if j == 0 else 0)
-        sub = list(self.memory.subs.values())[by[k] >> 1]
-        width = len(sub.key) - (1 if sub.contextual else 0)
-        return self._copied[k], after[k][0] - width, written
+        return self._copied[k], after[k][0] - self.memory.substitution(by[k]).width, written
 
     def _relaid(self, seq: list[int]) -> tuple[int, int, int, int] | None:
         """Where the copy goes on when the reply, since it departed, wrote its source again
