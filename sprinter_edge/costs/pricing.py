@@ -9,6 +9,7 @@ the same formula.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .table import CostTable
@@ -52,6 +53,21 @@ def best_length(a: float, max_k: int, target: CostTable) -> tuple[int, float]:
         if ms < best_ms:
             best_k, best_ms = k, ms
     return best_k, best_ms
+
+
+def best_prefix(probs: Sequence[float], target: CostTable) -> int:
+    """`best_length` for tokens each at its own rate: the proposal length whose tokens per
+    millisecond peak, token i accepted with probability probs[i] once the ones before it were;
+    0: a plain step is cheaper."""
+    best_n, best_rate = 0, 1.0 / target.cost(1)
+    alive, expected = 1.0, 1.0
+    for n, p in enumerate(probs, start=1):
+        alive *= min(p, 0.9999)
+        expected += alive
+        rate = expected / target.all_rows(n + 1)
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n
 
 
 def staged_cost(a: float, k: int, target: CostTable, draft: CostTable) -> float:

@@ -38,6 +38,10 @@ goes on from where the reply stands in the source byte by byte, laid out by the 
 rules the reply has shown so far (layout.py), and, once the reply is laying out anew, stops
 before a kind of gap it has not shown yet (the target's own token there shows it).
 
+An edit that rewrites many lines rewrites lines of one kind (type hints: the `def` lines), so
+each copied token is priced by what lines of its source line's kind let through so far in the
+reply (line_rates.py), and a proposal ends before the next line of an edited kind.
+
 Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
 cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
 place; the target then scores only what survived. The cut is a deterministic function of the
@@ -52,11 +56,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...costs.pricing import best_length, best_staged_length
+from ...costs.pricing import best_length, best_prefix, best_staged_length
 from .base import Proposal, Proposer
 from .copy_evidence import CopyEvidence
 from .edit_memory import MAX_REPLACED, EditMemory
 from .layout import Layout
+from .line_rates import LineRates
 
 if TYPE_CHECKING:
     from ..context import DecodeContext
@@ -175,7 +180,7 @@ class PromptLookup(Proposer):
                  anchor: bool = True, learn_edits: bool = True, respell: bool = True, layout: bool = True,
                  anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
                  min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR,
-                 resume_edits: bool = True, return_home: bool = True):
+                 resume_edits: bool = True, return_home: bool = True, line_rates: bool = True):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
@@ -183,12 +188,13 @@ class PromptLookup(Proposer):
         self.respell = respell
         self.learn_layout = layout
         self.anchor_window, self.align_window = anchor_window, align_window
-        self.resume_edits, self.return_home = resume_edits, return_home
+        self.resume_edits, self.return_home, self.line_rates = resume_edits, return_home, line_rates
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
         self.index = SuffixIndex(min_match=min_match, max_match=max_match)
         self.memory = EditMemory()
         self.layout = Layout()
+        self.lines = LineRates()
         self._bucket = self._span = self._cut = self._end = self._round_start = 0
         self._was_staged = False  # the last proposal went through the draft first
         self._source: int | None = None  # where the last copy stood in the source
@@ -198,6 +204,7 @@ class PromptLookup(Proposer):
         self._after: list[tuple[int, int]] = []  # the source (token, byte) after each proposed token
         self._by: list[int] = []  # the substitution that wrote each proposed token (-1: none)
         self._laid: list[int] = []  # the layout rule that laid out each proposed token (-1: none)
+        self._heads: list[int] = []  # the kind of source line each proposed token copies (line_rates.py)
         self._depart_skip = 0  # bytes of the departure's source token the reply had written
         self._end_skip = 0  # bytes of the proposal's first source token the reply had written
         self._projected = False  # the proposal continues the source laid out otherwise
@@ -215,6 +222,7 @@ class PromptLookup(Proposer):
         self._reply_at, self._home = len(self.index.seq), None
         self.memory = EditMemory(ctx.target if self.respell else None)  # its tokenizer spells renames
         self.layout = Layout(ctx.target if self.learn_layout else None)
+        self.lines = LineRates(ctx.target if self.line_rates else None)
         self._source, self._depart, self._held = None, None, False
         self._depart_skip = 0
 
@@ -315,7 +323,7 @@ class PromptLookup(Proposer):
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.index.extend(seq)
         self._round_start = len(seq)
-        self._was_staged = False
+        self._was_staged, self._heads = False, []
         found = self._start(seq)
         if found is None:
             return self._no_copy(ctx, seq)
@@ -348,7 +356,11 @@ class PromptLookup(Proposer):
             self._stand(end, skip)
             return Proposal()
         tokens = tokens[:cut]
-        k, _ = best_length(a, len(tokens), costs.target)
+        self._heads = [self.lines.head(s, self._after[i][0] - 1) for i in range(len(tokens))]
+        if self.line_rates:
+            k = best_prefix(self.lines.rates(a, self._heads), costs.target)
+        else:
+            k, _ = best_length(a, len(tokens), costs.target)
         if aligned is not None:  # end where a source token ends, so the copy goes on after it
             k = next((j for j in range(k, 0, -1) if aligned[j - 1]), k)
         if k == 0:  # too unsure to pay for a call
@@ -356,7 +368,7 @@ class PromptLookup(Proposer):
                 self._stand(end, skip)
             return Proposal()
         self._next = self._next_of(k)
-        tokens = list(tokens[:k])
+        tokens, self._heads = list(tokens[:k]), self._heads[:k]
         return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
 
     def _homeward(self, seq: list[int], tokens: list[int]) -> list[int]:
@@ -451,6 +463,8 @@ class PromptLookup(Proposer):
                 (self.evidence.copied if i < accepted else self.evidence.refused)[t] += 1
         self.memory.score(self._by[:n], accepted)
         self.layout.score(self._laid[:n], accepted)
+        if len(self._heads) == n:  # (a splice's copy after written tokens has none)
+            self.lines.score(self._heads, accepted)
         if accepted >= n:
             self._source, skip = self._after[n - 1]
             self._held, self._depart = not skip, None

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...costs.evidence import Rate
-from ...costs.table import CostTable
+from ...costs.pricing import best_prefix
 from .base import Proposal
 from .copy_evidence import ANCHOR, CopyEvidence
 from .prompt_lookup import ANCHOR_WINDOW, MAX_PROPOSAL, SEPARATOR, PromptLookup
@@ -143,7 +143,7 @@ class Splice(PromptLookup):
             copy = copy[:cut]
         target = ctx.costs.at(len(seq)).target
         probs = [self.writes.accept.value] * len(written) + [self.evidence.rate(ANCHOR)] * len(copy)
-        n = _best_prefix(probs, target)
+        n = best_prefix(probs, target)
         if n == 0:
             return Proposal()
         tokens = (written + copy)[:n]
@@ -173,16 +173,3 @@ class Splice(PromptLookup):
                           copied=len(proposal) - w.tokens)
         super().feedback(ctx, copied, accepted - w.tokens)
 
-
-def _best_prefix(probs: list[float], target: CostTable) -> int:
-    """The proposal length whose tokens per millisecond peak, for tokens accepted with `probs`
-    in turn (each given the ones before it); 0: a plain step is cheaper."""
-    best_n, best_rate = 0, 1.0 / target.cost(1)
-    alive, expected = 1.0, 1.0
-    for n, p in enumerate(probs, start=1):
-        alive *= min(p, 0.9999)
-        expected += alive
-        rate = expected / target.all_rows(n + 1)
-        if rate > best_rate:
-            best_n, best_rate = n, rate
-    return best_n
