@@ -82,6 +82,9 @@ REPORT_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e i
 RENAME_COPIES = "copy acc@id:file_edit/rename_parameter/"  # the renames' copied-token acceptance
 TYPE_HINT_FILES = tuple(f"vs ar@id:file_edit/type_hints/{m}" for m in ("operator", "colorsys"))
 FSTRING_FILES = tuple(f"vs ar@id:file_edit/fstring/{m}" for m in ("email.quoprimime", "calendar"))
+KIND_EDITS = ("rename_parameter", "add_docstrings", "reformat")  # the kinds measured beside the rewrites
+KIND_COLUMNS = tuple(f"vs ar@id:file_edit/{e}/" for e in KIND_EDITS)
+KIND_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in KIND_EDITS)
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 
 
@@ -138,6 +141,16 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "function-edits": Table("bench-results-edits-long-calls.json"),
     "file-edits": Table("bench-results-file-edits-long-calls.json",
                         names=(("llama-server-ngram-mod", "llama.cpp server, ngram-mod"),)),
+    "file-edits-report-xeon": Table(
+        ("bench-results-file-edits-report-type-hints.json",
+         "bench-results-file-edits-report-type-hints-md.json",
+         "bench-results-file-edits-report-fstrings.json",
+         "bench-results-file-edits-report-kinds-xeon.json"),
+        methods=("ar", "auto", "llama-server-ngram-mod", "llama-server-draft-tuned"),
+        labels=("type hints (2 files)", "type hints, second run", "f-strings (2)",
+                "renames, docstrings, reformats (6)"),
+        columns=("source", "method", "decode", "vs ar", "of floor", "ttft", "e2e", "e2e vs ar",
+                 "identical", "done?")),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
     "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
@@ -239,6 +252,11 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         columns=("method", "tok/s", "vs ar", "of floor", *FSTRING_FILES, "ttft", "e2e", "e2e vs ar",
                  "calls/tok", "identical", "done", "plans"),
         headers=tuple((c, c.rsplit("/", 1)[-1]) for c in FSTRING_FILES)),
+    "file-edits-report-kinds-xeon": Table(
+        "bench-results-file-edits-report-kinds-xeon.json",
+        columns=("method", "tok/s", "vs ar", "of floor", *KIND_COLUMNS, "ttft", "e2e", "e2e vs ar",
+                 "calls/tok", "identical", RENAME_COPIES, "done", "plans"),
+        headers=(*KIND_HEADERS, (RENAME_COPIES, "copied-token acceptance, renames"))),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
