@@ -86,6 +86,8 @@ KIND_EDITS = ("rename_parameter", "add_docstrings", "reformat")  # the kinds mea
 KIND_COLUMNS = tuple(f"vs ar@id:file_edit/{e}/" for e in KIND_EDITS)
 KIND_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in KIND_EDITS)
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
+FIRST_USE = ("bench-results-first-use-edits.json", "bench-results-first-use-xeon.json")
+FIRST_USE_LABELS = ("EPYC, empty cost cache", "Xeon, costs learned before")
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,10 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
                  "identical", "done?")),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
-    "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
-    "first-use-fresh": Table("bench-results-first-use-edits.json", workload="chat"),
+    "first-use-edits": Table(FIRST_USE, workload="edit", labels=FIRST_USE_LABELS,
+                             columns=("source", *README_COLUMNS)),
+    "first-use-fresh": Table(FIRST_USE, workload="chat", labels=FIRST_USE_LABELS,
+                             columns=("source", *README_COLUMNS)),
     "first-use-before-edits": Table("bench-results-first-use-before.json", workload="edit"),
     "first-use-before-fresh": Table("bench-results-first-use-before.json", workload="chat"),
     # docs/benchmarks.md: fresh prompts
