@@ -70,21 +70,29 @@ NAMES = {
 # edit-verifier-trial.json's names of a setting and a scorer
 NO_FALSE_PASS = "edit preset (no false pass on the fit half)"
 HIDDEN_ON_EDITS = "hidden state + copy features, trained on edits (logreg)"
+
+
+def edit_columns(edits: tuple[str, ...]) -> tuple[str, ...]:
+    """A `vs ar` column per whole-file edit kind, the tasks of each kind together."""
+    return tuple(f"vs ar@id:file_edit/{e}/" for e in edits)
+
+
+def edit_headers(edits: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Those columns' headers: the kind's name."""
+    return tuple((c, e.replace("_", " ")) for c, e in zip(edit_columns(edits), edits, strict=True))
+
+
 # the whole-file report run's edits, one task each, a column each
 REPORT_EDITS = ("rename_parameter", "type_hints", "fstring", "add_docstrings", "reformat")
 SWEEP_EDITS = ("rename_parameter", "type_hints", "fstring", "reformat")  # the whole-file sweep's
-SWEEP_COLUMNS = tuple(f"vs ar@id:file_edit/{e}/" for e in SWEEP_EDITS)  # a column per edit
-SWEEP_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in SWEEP_EDITS)
+KIND_EDITS = ("rename_parameter", "add_docstrings", "reformat")  # the kinds measured beside the rewrites
 # the report runs' columns: a column per edit, the tasks of each edit together
-REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *(f"vs ar@id:file_edit/{e}/" for e in REPORT_EDITS),
+REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *edit_columns(REPORT_EDITS),
                   "ttft", "e2e vs ar", "calls/tok", "done", "plans")
-REPORT_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in REPORT_EDITS)
 RENAME_COPIES = "copy acc@id:file_edit/rename_parameter/"  # the renames' copied-token acceptance
+RENAME_COPIES_HEADER = (RENAME_COPIES, "copied-token acceptance, renames")
 TYPE_HINT_FILES = tuple(f"vs ar@id:file_edit/type_hints/{m}" for m in ("operator", "colorsys"))
 FSTRING_FILES = tuple(f"vs ar@id:file_edit/fstring/{m}" for m in ("email.quoprimime", "calendar"))
-KIND_EDITS = ("rename_parameter", "add_docstrings", "reformat")  # the kinds measured beside the rewrites
-KIND_COLUMNS = tuple(f"vs ar@id:file_edit/{e}/" for e in KIND_EDITS)
-KIND_HEADERS = tuple((f"vs ar@id:file_edit/{e}/", e.replace("_", " ")) for e in KIND_EDITS)
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 FIRST_USE = ("bench-results-first-use-edits.json", "bench-results-first-use-xeon.json")
 FIRST_USE_LABELS = ("EPYC, empty cost cache", "Xeon, costs learned before")
@@ -215,30 +223,30 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     # edits of whole files
     "file-edits-report": Table(
         "bench-results-file-edits-report.json",
-        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+        columns=REPORT_COLUMNS, headers=edit_headers(REPORT_EDITS)),
     "file-edits-report-10": Table(
         "bench-results-file-edits-report-10.json",
-        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+        columns=REPORT_COLUMNS, headers=edit_headers(REPORT_EDITS)),
     "file-edits-report-10-before": Table(
         "bench-results-file-edits-report-10-before.json",
-        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+        columns=REPORT_COLUMNS, headers=edit_headers(REPORT_EDITS)),
     "file-edits-report-10-ar-probe": Table(
         "bench-results-file-edits-report-10-ar-probe.json",
-        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+        columns=REPORT_COLUMNS, headers=edit_headers(REPORT_EDITS)),
     "file-edits-report-10-anchors": Table(
         "bench-results-file-edits-report-10-anchors.json",
-        columns=REPORT_COLUMNS, headers=REPORT_HEADERS),
+        columns=REPORT_COLUMNS, headers=edit_headers(REPORT_EDITS)),
     "file-edits-report-10-flash-attn-off": Table(
         "bench-results-file-edits-report-10-flash-attn-off.json",
-        columns=(*REPORT_COLUMNS, "identical"), headers=REPORT_HEADERS),
+        columns=(*REPORT_COLUMNS, "identical"), headers=edit_headers(REPORT_EDITS)),
     "file-edits-report-10-align": Table(
         "bench-results-file-edits-report-10-align.json",
         columns=(*REPORT_COLUMNS, "identical", RENAME_COPIES),
-        headers=(*REPORT_HEADERS, (RENAME_COPIES, "copied-token acceptance, renames"))),
+        headers=(*edit_headers(REPORT_EDITS), RENAME_COPIES_HEADER)),
     "file-edits-report-10-layout": Table(
         "bench-results-file-edits-report-10-layout.json",
         columns=(*REPORT_COLUMNS, "identical", RENAME_COPIES),
-        headers=(*REPORT_HEADERS, (RENAME_COPIES, "copied-token acceptance, renames"))),
+        headers=(*edit_headers(REPORT_EDITS), RENAME_COPIES_HEADER)),
     "file-edits-report-renames-prose": Table(
         "bench-results-file-edits-report-renames-prose.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "identical",
@@ -258,9 +266,9 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
         headers=tuple((c, c.rsplit("/", 1)[-1]) for c in FSTRING_FILES)),
     "file-edits-report-kinds-xeon": Table(
         "bench-results-file-edits-report-kinds-xeon.json",
-        columns=("method", "tok/s", "vs ar", "of floor", *KIND_COLUMNS, "ttft", "e2e", "e2e vs ar",
-                 "calls/tok", "identical", RENAME_COPIES, "done", "plans"),
-        headers=(*KIND_HEADERS, (RENAME_COPIES, "copied-token acceptance, renames"))),
+        columns=("method", "tok/s", "vs ar", "of floor", *edit_columns(KIND_EDITS), "ttft", "e2e",
+                 "e2e vs ar", "calls/tok", "identical", RENAME_COPIES, "done", "plans"),
+        headers=(*edit_headers(KIND_EDITS), RENAME_COPIES_HEADER)),
     "splice-smoke": Table(
         "bench-results-splice-report-smoke.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done")),
@@ -271,17 +279,17 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
     "flash-attn": Table(
         ("bench-results-flash-attn-on.json", "bench-results-flash-attn-off.json"),
         labels=("flash attention on", "off (the default)"),
-        columns=("source", "method", "tok/s", "vs ar", *SWEEP_COLUMNS,
+        columns=("source", "method", "tok/s", "vs ar", *edit_columns(SWEEP_EDITS),
                  "ttft", "e2e", "e2e vs ar", "calls/tok", "identical", "done"),
-        headers=SWEEP_HEADERS),
+        headers=edit_headers(SWEEP_EDITS)),
     "anchor-sweep": Table(
         "bench-results-anchor-sweep.json",
         columns=("method", "tok/s", "vs ar", "ttft", "calls/tok", "draft acc", "done")),
     "file-edit-sweep": Table(
         "bench-results-file-edit-sweep.json",
-        columns=("method", "tok/s", "vs ar", *SWEEP_COLUMNS, "ttft",
+        columns=("method", "tok/s", "vs ar", *edit_columns(SWEEP_EDITS), "ttft",
                  "calls/tok", "draft acc", "done"),
-        headers=SWEEP_HEADERS),
+        headers=edit_headers(SWEEP_EDITS)),
     "file-edits-long-calls": Table(
         "bench-results-file-edits-long-calls.json",
         columns=("method", "tok/s", "vs ar", "ttft", "e2e", "e2e vs ar", "calls/tok", "cost model", "done",
