@@ -163,10 +163,13 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
                  "identical", "done?")),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
-    "first-use-edits": Table(FIRST_USE, workload="edit", labels=FIRST_USE_LABELS,
-                             columns=("source", *README_COLUMNS)),
-    "first-use-fresh": Table(FIRST_USE, workload="chat", labels=FIRST_USE_LABELS,
-                             columns=("source", *README_COLUMNS)),
+    "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
+    "first-use-fresh": Table("bench-results-first-use-edits.json", workload="chat"),
+    # README: the same tasks on both machines (the Xeon's run not from an empty cost cache)
+    "function-edits-machines": Table(FIRST_USE, workload="edit", labels=FIRST_USE_LABELS,
+                                     columns=("source", *README_COLUMNS)),
+    "fresh-machines": Table(FIRST_USE, workload="chat", labels=FIRST_USE_LABELS,
+                            columns=("source", *README_COLUMNS)),
     "first-use-before-edits": Table("bench-results-first-use-before.json", workload="edit"),
     "first-use-before-fresh": Table("bench-results-first-use-before.json", workload="chat"),
     # docs/benchmarks.md: fresh prompts
