@@ -75,3 +75,35 @@ def test_every_flag_has_help(replay) -> None:  # type: ignore[no-untyped-def]
     for sub in subs.values():
         for action in sub._actions:
             assert action.help, (sub.prog, action.dest)
+
+
+def test_forced_flags_mark_the_second_and_later_tokens_of_a_run_no_copy_gives(replay) -> None:  # type: ignore[no-untyped-def]
+    flags = replay.forced_flags(PROMPT, REPLY, 3)
+    # the reply's first 3 tokens follow the prompt's end, a 3-gram never seen: the first is the
+    # target's own token, the next two need a step each; so do 8 (after 7, the target's token
+    # at the end of the call that refused the copy) and 132-134, which follow 3-grams holding 7 or 8
+    assert [i for i, f in enumerate(flags) if f] == [1, 2, 31, 32, 33, 34]
+    assert not any(replay.forced_flags([*PROMPT, *PROMPT[:3]], PROMPT[3:], 3))  # all copied
+
+
+def test_the_replayed_copy_stays_under_its_bounds(replay) -> None:  # type: ignore[no-untyped-def]
+    """The copy bound prices the flagged tokens at a target step and every other at the floor's
+    row; a perfect draft writes a flagged one for a draft step and a row where that is cheaper.
+    The shipped proposer, replayed, reaches neither."""
+    from sprinter_edge.bench.costmodel import CostModel
+
+    draft = CostTable(last={1: 2.0, 64: 30.0}, full={1: 2.0, 64: 30.0})
+    model = CostModel(TABLE, draft)
+    flagged = [(len(PROMPT), replay.forced_flags(PROMPT, REPLY, 3))]
+    ar, copy = model.priced(flagged)
+    assert ar == pytest.approx(len(REPLY) * 10.0)
+    row = 80.0 / 64
+    assert copy == pytest.approx(6 * 10.0 + (len(REPLY) - 6) * row)
+    _, drafted = model.priced(flagged, draft_writes=True)
+    assert drafted == pytest.approx(6 * (2.0 + row) + (len(REPLY) - 6) * row)
+    assert model.bound_ratio(flagged) == pytest.approx(ar / copy)
+    assert model.floor_ratio([(len(PROMPT), len(REPLY))]) == pytest.approx(10.0 / row)
+    evidence = Evidence()
+    done = replay.replay(replay.proposer_of("shipped", evidence), TABLE, evidence, PROMPT, REPLY,
+                         lambda t: False)
+    assert ar / done.ms < ar / drafted <= model.floor_ratio([(len(PROMPT), len(REPLY))])

@@ -10,7 +10,7 @@ typed by hand, and a file without a line in results/README.md is an error.
     python3 tools/render_tables.py          # rewrite the tables in place
     python3 tools/render_tables.py --check  # exit 1 and show the difference when a page is stale
 
-Four kinds of table:
+Five kinds of table:
 
 * `Table`: rows of one or more `sprinter-edge bench` runs (bench.json: summary `rows`, `groups`
   per workload, every run in `runs`), one row per method, the columns named from COLUMNS. A
@@ -23,6 +23,8 @@ Four kinds of table:
 * `Curves`: a bench.json's cost table (ms per decode call of n tokens, after 64 tokens of context).
 * `Depths`: the same cost table after deeper contexts.
 * `Trial`: results/edit-verifier-trial.json (`tools/edit_verifier_trial.py`).
+* `Bounds`: `tools/replay.py bounds --out` files: per edit kind, the measured and replayed speed
+  against the floor and the copy's and a perfect draft's bounds.
 
 Stdlib only, but for the floor column (`of floor`: a row's ratio over ar against the floor's,
 every token one row of the cheapest call at its depth), which the package's cost model prices.
@@ -145,7 +147,14 @@ class Trial:
     rows: tuple[tuple[str, str, str], ...]
 
 
-TABLES: dict[str, Table | Curves | Depths | Trial] = {
+@dataclass(frozen=True)
+class Bounds:
+    """`tools/replay.py bounds --out` files, their rows one after another."""
+
+    files: tuple[str, ...]
+
+
+TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
     # README.md and docs/benchmarks.md: the current tables
     "fresh-prompts": Table("bench-results-fresh-s7-long-calls.json"),
     "function-edits": Table("bench-results-edits-long-calls.json"),
@@ -361,6 +370,8 @@ TABLES: dict[str, Table | Curves | Depths | Trial] = {
                  "verifier ms", "done"),
         headers=(("source", "T"),),
         names=(("sprinter:balanced[auto]", "rule (`auto`)"), ("sprinter:balanced[hidden]", "hidden"))),
+    "bounds-report-xeon": Bounds(("replay-bounds-type-hints-xeon.json", "replay-bounds-fstrings-xeon.json",
+                                  "replay-bounds-kinds-xeon.json")),
     # cost curves
     "costs-at-depth": Depths("bench-results-file-edits-long-calls.json"),
     "curves-epyc-zen3": Curves("bench-results.json", sizes=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32), rows=(
@@ -823,8 +834,33 @@ def render_trial(table: Trial, where: dict[str, tuple[str, str, str]]) -> str:
     return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
 
 
+BOUND_HEADERS = (("measured", "measured"), ("replayed", "the copy replayed"),
+                 ("copy3", "copy oracle, 3-gram"), ("copy3+draft", "... + a perfect draft"),
+                 ("copy1", "copy oracle, 1-gram"), ("copy1+draft", "... + a perfect draft"))
+
+
+def render_bounds(table: Bounds, where: dict[str, tuple[str, str, str]]) -> str:
+    lines = [_row(["edit kind", "tokens", "floor", *(h for _, h in BOUND_HEADERS)]),
+             "|---" * (3 + len(BOUND_HEADERS)) + "|"]
+    captions = []
+    for file in table.files:
+        data = load(file)
+        captions.append(caption(file, f"the replies of `ar` to {data['rows'][-1]['tasks']} tasks, "
+                                      f"measured: `{data['method']}`", where, data))
+        kinds = [r["kind"].replace("_", " ") for r in data["rows"] if r["kind"] != "all"]
+        for row in data["rows"]:
+            floor = row["floor"]
+            name = f"all: {', '.join(kinds)}" if row["kind"] == "all" else row["kind"].replace("_", " ")
+            cells = [f"{row[key]:.2f}x ({row[key] / floor:.0%})" if row[key] and floor else "-"
+                     for key, _ in BOUND_HEADERS]
+            lines.append(_row([name, f"{row['tokens']:,}", f"{floor:.2f}x", *cells]))
+    return "\n\n".join(captions) + "\n\n" + "\n".join(lines) + "\n"
+
+
 def render(name: str, where: dict[str, tuple[str, str, str]]) -> str:
     table = TABLES[name]
+    if isinstance(table, Bounds):
+        return render_bounds(table, where)
     if isinstance(table, Curves):
         return render_curves(table, where)
     if isinstance(table, Depths):

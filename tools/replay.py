@@ -20,13 +20,20 @@ split are replayed (`--split`, default "tuning": what tuning may look at). Subco
 
     python tools/replay.py policies results/bench-results-edits.json --variants shipped,no-anchor
     python tools/replay.py tasks results/bench-results-file-edits.json --trace stat
+    python tools/replay.py bounds results/bench-results-file-edits-report-kinds-xeon.json \
+        --split report --costs results/bench-results-file-edits-report-kinds-xeon.json
 
 `policies`: per variant, the predicted speed, calls, plain steps and rows; where the time goes
-against the ceiling; and the copy bound (an oracle that copies every continuation seen before
-and batches every copied token at the cheapest cost per row: the most any copying proposer can
-reach on these replies). `tasks`: per task, the share of proposed tokens the target accepts
-against the bench row's counters; `--trace TASK` prints every refused proposal of the tasks whose
-id contains TASK, with the edit memory's substitutions at the end.
+against the ceiling; and the copy bound (an oracle that copies every n-gram continuation seen
+before and batches every copied token at the cheapest cost per row). It bounds copying from what
+was seen: the edit memory, which writes a learned substitution where its n-gram was never seen,
+can pass the 3-gram oracle (renames, reformats); the 1-gram one is the generous bound. `tasks`:
+per task, the share of proposed tokens the target accepts against the bench row's counters;
+`--trace TASK` prints every refused proposal of the tasks whose id contains TASK, with the edit
+memory's substitutions at the end. `bounds`: per edit kind, as x ar and a share of the floor, the
+bench's measured speed, the shipped copy replayed, the copy bounds, and the same bounds with a
+perfect draft writing every token no copy gives (a draft step and a floor row each, its catch-up
+free; the draft's costs from `--costs`' bench.json): how much of the gap a draft could close.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import numpy as np
 
 from sprinter_edge import Engine, Hardware
 from sprinter_edge.backend.llama import DecodeOutput, common_prefix
+from sprinter_edge.bench.costmodel import CostModel
 from sprinter_edge.bench.edits import FILES, FUNCTIONS, SPLITS, TaskSet
 from sprinter_edge.costs import Costs, CostTable, Evidence
 from sprinter_edge.costs.table import cost_file, machine_costs, read_costs
@@ -147,6 +155,18 @@ def costs_of(path: Path) -> CostTable:
     if "cost_model" not in data:
         return read_costs(path)
     table = CostTable.from_dict(data["cost_model"]["target"])
+    table.make_monotone()
+    return table
+
+
+def draft_costs_of(path: Path | None) -> CostTable | None:
+    """The draft's cost table a bench run recorded (None: not a bench.json, or no draft in it)."""
+    if path is None:
+        return None
+    draft = json.loads(path.read_text()).get("cost_model", {}).get("draft")
+    if not draft:
+        return None
+    table = CostTable.from_dict(draft)
     table.make_monotone()
     return table
 
@@ -313,27 +333,29 @@ def bottleneck(target: CostTable, total_ms: float, tokens: int, plain: int, rows
             + ", ".join(f"{k} {v / 1000:.1f} s" for k, v in parts.items()))
 
 
-def forced_one_token_calls(prompt: list[int], reply: list[int], n: int = MIN_MATCH) -> int:
-    """One-token target calls no copy can avoid: a reply token is copyable when the n tokens
-    before it occurred earlier in the prompt or the reply followed by it (an oracle that always
-    picks the right earlier occurrence). A run of m tokens none copies costs m - 1 such calls at
-    the least (its first token is the target's own token at the end of the call before)."""
+def forced_flags(prompt: list[int], reply: list[int], n: int = MIN_MATCH) -> list[bool]:
+    """Per reply token, whether it needs a one-token target call that no copy can avoid: a reply
+    token is copyable when the n tokens before it occurred earlier in the prompt or the reply
+    followed by it (an oracle that always picks the right earlier occurrence). A run of m tokens
+    none copies costs m - 1 such calls at the least (its first token is the target's own token at
+    the end of the call before): its second and later tokens are flagged."""
     seen: set[tuple[int, ...]] = set()
     seq = list(prompt)
     for end in range(n + 1, len(seq) + 1):
         seen.add(tuple(seq[end - n - 1:end]))
-    forced, run = 0, 0
+    flags, run = [], 0
     for token in reply:
         gram = tuple(seq[-n:]) + (token,) if len(seq) >= n else None
         if gram is not None and gram in seen:
+            flags.append(False)
             run = 0
         else:
-            forced += run > 0  # the second and later tokens of a novel run
+            flags.append(run > 0)
             run += 1
         seq.append(token)
         if len(seq) > n:
             seen.add(tuple(seq[-n - 1:]))
-    return forced
+    return flags
 
 
 def copy_bound(target: CostTable, recorded: Sequence[Recorded], n: int) -> str:
@@ -341,7 +363,7 @@ def copy_bound(target: CostTable, recorded: Sequence[Recorded], n: int) -> str:
     c(1) each and every other token one row of the cheapest call per row."""
     _, floor = cheapest_row(target)
     tokens = sum(len(r.reply) for r in recorded)
-    forced = sum(forced_one_token_calls(r.prompt, r.reply, n) for r in recorded)
+    forced = sum(sum(forced_flags(r.prompt, r.reply, n)) for r in recorded)
     ms = forced * target.cost(1) + (tokens - forced) * floor
     return (f"copy bound (an oracle copying every {n}-gram continuation seen before): {forced} forced "
             f"one-token calls, {tokens / ms * 1000:.1f} tok/s at best ({ms / 1000:.1f} s)")
@@ -370,6 +392,70 @@ def policies(args: argparse.Namespace) -> int:
     for n in (MIN_MATCH, 1):
         print(copy_bound(table, recorded, n))
     engine.close()
+    return 0
+
+
+# ---------------------------------------------------------------------------- bounds
+
+
+def edit_kind(task_id: str) -> str:
+    """The edit kind a task id names (`workload/kind/source`)."""
+    return task_id.split("/")[1]
+
+
+def measured_ratio(data: dict, tasks: set[str], method: str) -> float | None:
+    """The bench's tokens/s of `method` over ar's on these tasks' decode (None: no such rows)."""
+    def tps(m: str) -> float | None:
+        runs = [r for r in data["runs"] if r["method"] == m and r["prompt_id"] in tasks]
+        seconds = sum(r.get("decode_seconds", 0.0) for r in runs)
+        return sum(len(r["tokens"]) for r in runs) / seconds if seconds else None
+    mine, ar = tps(method), tps("ar")
+    return mine / ar if mine and ar else None
+
+
+BOUND_COLUMNS = ("measured", "replayed", "copy3", "copy3+draft", "copy1", "copy1+draft")
+
+
+def bounds(args: argparse.Namespace) -> int:
+    recorded, engine, table, data = load(args)
+    model = CostModel(table, draft_costs_of(args.costs))
+    if model.draft is None:
+        print("no draft costs (--costs names no bench.json with a draft): the draft's bounds are left out")
+    is_eog = engine.target.is_eog
+    evidence = Evidence()  # kept across the tasks in the bench's order, as auto keeps it
+    shipped = {r.task: replay(proposer_of("shipped", evidence), table, evidence, r.prompt, r.reply,
+                              is_eog, engine.target).ms for r in recorded}
+    engine.close()
+    kinds = sorted({edit_kind(r.task) for r in recorded})
+    rows = []
+    for kind in [*kinds, "all"] if len(kinds) > 1 else kinds:
+        rs = [r for r in recorded if kind in ("all", edit_kind(r.task))]
+        ar_ms, _ = model.priced([(len(r.prompt), [True] * len(r.reply)) for r in rs])
+        ratios = [measured_ratio(data, {r.task for r in rs}, args.method),
+                  ar_ms / sum(shipped[r.task] for r in rs)]
+        for n in (MIN_MATCH, 1):
+            flagged = [(len(r.prompt), forced_flags(r.prompt, r.reply, n)) for r in rs]
+            ratios.append(model.bound_ratio(flagged))
+            ratios.append(model.bound_ratio(flagged, draft_writes=True) if model.draft else None)
+        rows.append({"kind": kind, "tasks": len(rs), "tokens": sum(len(r.reply) for r in rs),
+                     "floor": model.floor_ratio([(len(r.prompt), len(r.reply)) for r in rs]),
+                     **dict(zip(BOUND_COLUMNS, ratios, strict=True))})
+    names = [f"{args.method} measured", "shipped replayed",
+             *(f"{what} {n}-gram" for n in (MIN_MATCH, 1) for what in ("copy", "copy+draft"))]
+    print("each: x ar (share of the floor); the floor is every token one row of the cheapest call")
+    print(f"{'kind':22s} {'tokens':>6s} {'floor':>6s} " + " ".join(f"{c:>18s}" for c in names))
+    for row in rows:
+        floor = row["floor"] or 0.0
+        cells = [f"{x:.2f}x ({x / floor:4.0%})" if x and floor else "-" for x in
+                 (row[c] for c in BOUND_COLUMNS)]
+        print(f"{row['kind']:22s} {row['tokens']:6d} {floor:5.2f}x " + " ".join(f"{c:>18s}" for c in cells))
+    if args.out is not None:
+        command = ["python", "tools/replay.py", "bounds", str(args.bench_json), "--split", args.split,
+                   *(["--costs", str(args.costs)] if args.costs else []), "--method", args.method]
+        args.out.write_text(json.dumps({"command": " ".join(command), "bench": str(args.bench_json),
+                                        "method": args.method, "min_match": MIN_MATCH, "rows": rows},
+                                       indent=1) + "\n")
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -461,6 +547,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated, from: {', '.join(VARIANTS)}")
     p.set_defaults(run=policies, default_method="lookup")
+    b = sub.add_parser("bounds", parents=[common], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="per edit kind, the measured and replayed speed against the floor and "
+                            "the copy's and a perfect draft's bounds")
+    b.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON), for "
+                   "tools/render_tables.py")
+    b.set_defaults(run=bounds, default_method="auto")
     t = sub.add_parser("tasks", parents=[common], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        help="per task, the share of copied tokens accepted, against the bench's")
     t.add_argument("--variant", default="shipped", choices=tuple(VARIANTS), help="the policy replayed")

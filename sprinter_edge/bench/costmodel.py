@@ -71,14 +71,35 @@ class CostModel:
     def floor_ratio(self, replies: Sequence[tuple[int, int]]) -> float | None:
         """ar's priced time over the floor's for replies of (prompt tokens, new tokens), each
         priced in spans of DEPTH_STEP tokens at the span's depth."""
-        ar = floor = 0.0
-        for prompt, new in replies:
-            for start in range(0, new, DEPTH_STEP):
-                tokens = min(DEPTH_STEP, new - start)
-                table = self.target.at(prompt + start + tokens // 2)
-                ar += tokens * table.cost(1)
-                floor += tokens * min(table.all_rows(n) / n for n in FULL_SIZES)
-        return ar / floor if floor > 0 else None
+        return self.bound_ratio([(prompt, [False] * new) for prompt, new in replies])
+
+    def bound_ratio(self, replies: Sequence[tuple[int, Sequence[bool]]], *,
+                    draft_writes: bool = False) -> float | None:
+        """ar's priced time over a bound's (`priced`)."""
+        ar, bound = self.priced(replies, draft_writes=draft_writes)
+        return ar / bound if bound > 0 else None
+
+    def priced(self, replies: Sequence[tuple[int, Sequence[bool]]], *,
+               draft_writes: bool = False) -> tuple[float, float]:
+        """(ar's ms, a bound's ms) for replies of (prompt tokens, one flag per new token: whether
+        no copy can give it), in spans of DEPTH_STEP tokens at the span's depth. A token a copy
+        gives costs the floor's row; a flagged one a target step, or (`draft_writes`, with draft
+        costs) a draft step and a floor row where that is cheaper: a draft that is always right,
+        its catch-up over the copies free."""
+        ar = bound = 0.0
+        for prompt, flags in replies:
+            for start in range(0, len(flags), DEPTH_STEP):
+                span = flags[start:start + DEPTH_STEP]
+                depth = prompt + start + len(span) // 2
+                table = self.target.at(depth)
+                row = min(table.all_rows(n) / n for n in FULL_SIZES)
+                novel = table.cost(1)
+                if draft_writes and self.draft is not None:
+                    novel = min(novel, self.draft.at(depth).cost(1) + row)
+                forced = sum(span)
+                ar += len(span) * table.cost(1)
+                bound += forced * novel + (len(span) - forced) * row
+        return ar, bound
 
     def ar_tps(self) -> float:
         return 1e3 / self.target.cost(1)
