@@ -25,9 +25,11 @@ split are replayed (`--split`, default "tuning": what tuning may look at). Subco
 
 `policies`: per variant, the predicted speed, calls, plain steps and rows; where the time goes
 against the ceiling; and the copy bound (an oracle that copies every n-gram continuation seen
-before and batches every copied token at the cheapest cost per row). It bounds copying from what
-was seen: the edit memory, which writes a learned substitution where its n-gram was never seen,
-can pass the 3-gram oracle (renames, reformats); the 1-gram one is the generous bound. `tasks`:
+before and batches every copied token at the cheapest cost per row), both priced after the cost
+table's base depth, as a quick yardstick (`bounds` prices each token at its depth). It bounds
+copying from what was seen: the edit memory, which writes a learned substitution where its
+n-gram was never seen, can pass the 3-gram oracle (renames, reformats); the 1-gram one is the
+generous bound. `tasks`:
 per task, the share of proposed tokens the target accepts against the bench row's counters;
 `--trace TASK` prints every refused proposal of the tasks whose id contains TASK, with the edit
 memory's substitutions at the end. `bounds`: per edit kind, as x ar and a share of the floor, the
