@@ -117,3 +117,27 @@ def test_a_reformat_is_copied_laid_out(fixture_engine) -> None:  # type: ignore[
     plain = replay(PromptLookup(layout=False), prompt, reply, model=model)
     laid = replay(PromptLookup(), prompt, reply, model=model)
     assert laid[2] < plain[2], (laid, plain)
+
+
+def test_a_way_home_the_layout_cannot_copy_keeps_the_proposal_as_it_was() -> None:
+    """The copy of the reply's own text goes home to the source where two of its tokens meet
+    it; where the source's copy from there is laid out up to a gap it cannot tell (nothing), the
+    reply's copy stands, with the source positions and edits it had, one per token."""
+    from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex
+
+    prompt = [10, 11, 12, 13, 14, 15, 16, 17]
+    lookup = PromptLookup()
+    lookup.index = SuffixIndex()
+    lookup.index.extend(prompt)
+    lookup._reply_at, lookup._home = len(prompt), 2
+    tokens = [12, 13, 40, 41]  # copied from the reply; 11, 12 meet the source at position 2
+    kept = [(30 + i, 0) for i in range(4)], [-1, 5, -1, -1], [-1, -1, 2, -1]
+    lookup._after, lookup._by, lookup._laid = (list(x) for x in kept)
+
+    def laid_out_to_nothing(seq, start, stop, skip=0, drop=0):  # type: ignore[no-untyped-def]
+        lookup._after, lookup._by, lookup._laid = [(start, 0)] * 3, [-1] * 3, [0] * 3
+        return [], []  # (an alignment: not None)
+
+    lookup._copy = laid_out_to_nothing  # type: ignore[method-assign]
+    assert lookup._homeward([*prompt, 9, 11], tokens) == tokens
+    assert (lookup._after, lookup._by, lookup._laid) == kept

@@ -91,6 +91,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "anchor-prior-0.9": ({}, {"anchor_prior": 0.9}),
     "anchor-window-16": ({"anchor_window": 16}, {"anchor_prior": 0.8}),
     "spec-factor-4": ({"spec_factor": 4}, {}),
+    "spec-factor-8": ({"spec_factor": 8}, {}),
     "max-match-32": ({"max_match": 32}, {}),
     "min-match-2": ({"min_match": 2}, {"buckets": (2, 3, 4, 6, 10, 16),
                                         "prior": (0.4, 0.55, 0.7, 0.85, 0.92, 0.96)}),

@@ -382,12 +382,14 @@ class PromptLookup(Proposer):
             for h in range(max(home, 1), min(home + self.anchor_window + j, self._reply_at - 1)):
                 if s[h] != b or s[h - 1] != a or s[h + 1] == SEPARATOR:
                     continue
+                whole = self._after, self._by, self._laid
                 kept = self._after[:j], self._by[:j], self._laid[:j]
                 stop = h + 1 + len(tokens) - j
                 if SEPARATOR in s[h + 1:stop]:
                     stop = s.index(SEPARATOR, h + 1)
                 rest, aligned = self._copy(seq + tokens[:j], h + 1, min(stop, self._reply_at))
-                if aligned is not None or not rest:
+                if aligned is not None or not rest:  # the reply's copy stands, with what it kept
+                    self._after, self._by, self._laid = whole
                     return tokens
                 self._after, self._by = kept[0] + self._after, kept[1] + self._by
                 self._laid = kept[2] + self._laid
