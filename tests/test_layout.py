@@ -141,3 +141,30 @@ def test_a_way_home_the_layout_cannot_copy_keeps_the_proposal_as_it_was() -> Non
     lookup._copy = laid_out_to_nothing  # type: ignore[method-assign]
     assert lookup._homeward([*prompt, 9, 11], tokens) == tokens
     assert (lookup._after, lookup._by, lookup._laid) == kept
+
+
+def test_a_copy_laid_out_up_to_a_gap_keeps_one_position_and_edit_per_token() -> None:
+    """Where the layout lays a copy out only up to a kind of gap the reply has not shown, the
+    copy ends there, and so do the source positions, edits and rules kept for its tokens: the
+    token after the copy is read as no substitution's (it was indexed past the copy's end)."""
+    from sprinter_edge.decoding.proposers.layout import Laid
+    from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex
+
+    prompt = [10, 11, 12, 13, 14, 15, 16, 17]
+
+    class ToAGap:  # lays the copy out as it is, but knows nothing past its second token
+        active = True
+
+        def apply(self, committed, source, start, tokens, after, by):  # type: ignore[no-untyped-def]
+            return Laid(list(tokens), [(a, 0) for a in after], [3] * len(tokens), [-1] * len(tokens),
+                        [[] for _ in tokens], unknown=2)
+
+    lookup = PromptLookup()
+    lookup.index = SuffixIndex()
+    lookup.index.extend(prompt)
+    lookup.layout = ToAGap()  # type: ignore[assignment]
+    tokens, aligned = lookup._copy(prompt, 2, 7)
+    assert tokens == [12, 13] and aligned == [True, True]
+    assert len(lookup._after) == len(lookup._by) == len(lookup._laid) == 2
+    lookup._copied = tokens
+    assert lookup._next_of(2) is None

@@ -424,9 +424,10 @@ class PromptLookup(Proposer):
                 tokens, after, self._by = [], [], []
             self._after, self._laid = [(a, 0) for a in after], [-1] * len(tokens)
             return tokens, None
-        self._after, self._by, self._laid = laid.after, laid.by, laid.rules
         n = laid.unknown if laid.unknown is not None and self.layout.active else len(laid.tokens)
-        return laid.tokens[:n], [b == 0 for _, b in laid.after[:n]]  # up to a gap it cannot tell
+        # up to a gap it cannot tell, and what is kept of each token with it
+        self._after, self._by, self._laid = laid.after[:n], laid.by[:n], laid.rules[:n]
+        return laid.tokens[:n], [b == 0 for _, b in laid.after[:n]]
 
     def _as_source(self, i: int) -> bool:
         """Whether the i-th proposed token is copied as the source has it (no edit, no layout)."""
