@@ -15,7 +15,8 @@ cost (a batch costs one token, as on a GPU or Apple Silicon) give the speed-up o
 The floor of a workload is what an exact method would pay if every proposal were right: each
 token one row of the cheapest all-rows call at its depth (`floor_ratio`: ar's priced time over
 that, the most any exact method can reach on this machine). A method's share of it is its
-measured ratio over ar divided by the floor's.
+measured ratio over ar divided by the floor's. `priced` prices the other bounds the same way
+(tokens no copy gives at a target step, or a perfect draft's step and a row: tools/replay.py bounds).
 """
 
 from __future__ import annotations
