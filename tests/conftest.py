@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 # Engines keep their cost tables as first measured, so that what `auto` chooses in one test does
 # not depend on the calls earlier tests made (tests/test_first_use.py turns learning on)
 os.environ["SPRINTER_EDGE_LEARN_COSTS"] = "0"
+# A proposer's failure is raised, not given up for the target's own steps (decoding/loop.py)
+os.environ["SPRINTER_EDGE_STRICT"] = "1"
 
 
 def smollm2_path() -> Path:

@@ -12,6 +12,7 @@ from sprinter_edge.bench.edits import FUNCTIONS
 from sprinter_edge.costs import Evidence
 from sprinter_edge.costs.table import CostTable
 from sprinter_edge.decoding.proposers.copy_evidence import ANCHOR, CopyEvidence
+from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -107,3 +108,35 @@ def test_the_replayed_copy_stays_under_its_bounds(replay) -> None:  # type: igno
     done = replay.replay(replay.proposer_of("shipped", evidence), TABLE, evidence, PROMPT, REPLY,
                          lambda t: False)
     assert ar / done.ms < ar / drafted <= model.floor_ratio([(len(PROMPT), len(REPLY))])
+
+
+class FailsOnRound(PromptLookup):
+    """A copy proposer with a bug that shows on its `rounds`-th proposal."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.rounds, self.calls = rounds, 0
+
+    def propose(self, ctx, seq):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls == self.rounds:
+            raise IndexError("list index out of range")
+        return super().propose(ctx, seq)
+
+
+def test_a_proposer_that_fails_leaves_the_reply_to_the_target(replay, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A proposer's bug costs speed, not the reply: the loop gives the proposer up, logs why,
+    and the target writes the rest of the reply itself (the replay checks every token against
+    the recorded reply). Under SPRINTER_EDGE_STRICT=1 (the test suite) it is raised."""
+    evidence = Evidence()
+    with pytest.raises(IndexError):
+        replay.replay(FailsOnRound(3), TABLE, evidence, PROMPT, REPLY, lambda t: False)
+    monkeypatch.delenv("SPRINTER_EDGE_STRICT")
+    failing = FailsOnRound(3)
+    with caplog.at_level("ERROR", logger="sprinter_edge.decoding.loop"):
+        done = replay.replay(failing, TABLE, Evidence(), PROMPT, REPLY, lambda t: False)
+    assert done.stats.counters.new_tokens == len(REPLY)
+    assert failing.calls == 3  # never asked again: the rounds after are the target's own steps
+    assert len(done.rounds) == 2  # (fed back: the two before the failure)
+    assert done.stats.counters.copied_tokens == sum(len(r.proposal) for r in done.rounds)
+    assert any("proposer failed (IndexError: list index out of range)" in m for m in caplog.messages)
