@@ -151,31 +151,22 @@ def recorded_replies(data: dict, split: str | None) -> list[tuple[str, str]]:
     return out
 
 
-def costs_of(path: Path) -> CostTable:
-    """The target's cost table in a cost-cache file, or the one a bench run recorded (its
-    bench.json's `cost_model`: the run's own machine)."""
+def costs_of(path: Path) -> CostModel:
+    """The target's cost table in a cost-cache file, or the tables a bench run recorded (its
+    bench.json's `cost_model`, the draft's too: the run's own machine), made monotone."""
     data = json.loads(path.read_text())
     if "cost_model" not in data:
-        return read_costs(path)
-    table = CostTable.from_dict(data["cost_model"]["target"])
-    table.make_monotone()
-    return table
+        return CostModel(read_costs(path))
+    model = CostModel.from_dict(data["cost_model"])
+    for table in (model.target, model.draft):
+        if table is not None:
+            table.make_monotone()
+    return model
 
 
-def draft_costs_of(path: Path | None) -> CostTable | None:
-    """The draft's cost table a bench run recorded (None: not a bench.json, or no draft in it)."""
-    if path is None:
-        return None
-    draft = json.loads(path.read_text()).get("cost_model", {}).get("draft")
-    if not draft:
-        return None
-    table = CostTable.from_dict(draft)
-    table.make_monotone()
-    return table
-
-
-def load(args: argparse.Namespace) -> tuple[list[Recorded], Engine, CostTable, dict]:
-    """The replayed tasks, an engine over the pair (to tokenize), the cost table, the bench.json."""
+def load(args: argparse.Namespace) -> tuple[list[Recorded], Engine, CostModel, dict]:
+    """The replayed tasks, an engine over the pair (to tokenize), the costs (the draft's only
+    where `--costs` is a bench.json that recorded them), the bench.json."""
     data = json.loads(args.bench_json.read_text())
     split = None if args.split == "all" else args.split
     engine = Engine.from_pair(args.pair, offline=True, method="lookup",
@@ -185,15 +176,15 @@ def load(args: argparse.Namespace) -> tuple[list[Recorded], Engine, CostTable, d
     recorded = [Recorded(pid, engine.encode(text), replies[pid], bench.get(pid, {}))
                 for pid, text in recorded_replies(data, split)]
     if args.costs is not None:
-        table, where = costs_of(args.costs), str(args.costs)
+        model, where = costs_of(args.costs), str(args.costs)
     elif cost_file(engine.target).is_file():
-        table, where = read_costs(cost_file(engine.target)), "this machine's cached table"
+        model, where = CostModel(read_costs(cost_file(engine.target))), "this machine's cached table"
     elif args.measure_costs:
-        table, where = machine_costs(engine.target), "measured now"
+        model, where = CostModel(machine_costs(engine.target)), "measured now"
     else:
-        table, where = FALLBACK, "a fixed table (no cached one here: --measure-costs times one)"
+        model, where = CostModel(FALLBACK), "a fixed table (no cached one here: --measure-costs times one)"
     print(f"costs: {where}; {len(recorded)} edit replies of ar on the {args.split} side")
-    return recorded, engine, table, data
+    return recorded, engine, model, data
 
 
 # ---------------------------------------------------------------------------- the replay
@@ -373,7 +364,8 @@ def copy_bound(target: CostTable, recorded: Sequence[Recorded], n: int) -> str:
 
 
 def policies(args: argparse.Namespace) -> int:
-    recorded, engine, table, _ = load(args)
+    recorded, engine, model, _ = load(args)
+    table = model.target
     is_eog = engine.target.is_eog
     tokens = sum(len(r.reply) for r in recorded)
     seconds = sum(r.bench.get("decode_seconds", 0.0) for r in recorded)
@@ -420,8 +412,8 @@ BOUND_COLUMNS = ("measured", "replayed", "copy3", "copy3+draft", "copy1", "copy1
 
 
 def bounds(args: argparse.Namespace) -> int:
-    recorded, engine, table, data = load(args)
-    model = CostModel(table, draft_costs_of(args.costs))
+    recorded, engine, model, data = load(args)
+    table = model.target
     if model.draft is None:
         print("no draft costs (--costs names no bench.json with a draft): the draft's bounds are left out")
     is_eog = engine.target.is_eog
@@ -494,7 +486,8 @@ def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: Prompt
 
 
 def tasks(args: argparse.Namespace) -> int:
-    recorded, engine, table, _ = load(args)
+    recorded, engine, costs, _ = load(args)
+    table = costs.target
     is_eog, model = engine.target.is_eog, engine.text_model
     evidence = Evidence()
     proposed = accepted = 0
