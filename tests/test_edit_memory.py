@@ -131,6 +131,30 @@ def test_a_copy_of_the_reply_gives_way_to_the_source_where_they_meet() -> None:
     assert copies[3 + 11][:5] == [IND, Q, SAME, 202, END]
 
 
+def test_only_a_copy_of_the_source_teaches_an_edit() -> None:
+    """Where the copy was of the reply's own text (the function written before, in a file of
+    similar ones) and the reply wrote otherwise, that is this function differing from the one
+    before, not an edit: nothing is learned. The same departure from the prompt is a rename."""
+    A, B, C, P, Q, R = 30, 31, 32, 40, 41, 42
+    prompt = [1, 2, 3, 10, A, 11, B, 12, C, 13, 10, P, 11, Q, 12, R, 13, 4, 5]
+    reply = [10, A, 11, B, 12, C, 13, 10, P, 11]
+    learned = {}
+    for reply_edits in (False, True):
+        proposer = PromptLookup(reply_edits=reply_edits)
+        ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
+                            max_new_tokens=100, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+        proposer.begin(ctx, prompt)
+        seq = prompt + reply + [Q, 12]
+        proposer.index.extend(seq)
+        at, wrote = len(prompt), len(seq) - 2  # the reply's first function, copied for the second:
+        proposer._learn(seq, at + 3, wrote, at + 4, wrote + 1)  # B there, Q here
+        learned[reply_edits] = {sub.key: sub.value for sub in proposer.memory.subs.values()}
+        proposer._learn(seq, 3 + 3, wrote, 3 + 4, wrote + 1)  # the prompt's B, the reply's Q
+        assert (B,) in proposer.memory.subs, "a departure from the source is learned"
+        assert proposer.memory.subs, "a departure from the source is learned"
+    assert learned[False] == {} and learned[True][(B,)] == (Q,)
+
+
 def test_a_copy_that_holds_is_priced_as_a_long_match() -> None:
     """After a short match (a poor bucket) the copy holds: each round prices it by how long it
     has held, so the proposals grow to full calls within a few rounds."""

@@ -85,6 +85,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "no-return-home": ({"return_home": False}, {}),
     "no-resume-no-return": ({"resume_edits": False, "return_home": False}, {}),
     "no-line-rates": ({"line_rates": False}, {}),
+    "reply-edits": ({"reply_edits": True}, {}),
     "align-window-8": ({"align_window": 8}, {}),
     "anchor-prior-0.7": ({}, {"anchor_prior": 0.7}),
     "anchor-prior-0.8": ({}, {"anchor_prior": 0.8}),

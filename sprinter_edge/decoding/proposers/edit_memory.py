@@ -6,7 +6,10 @@ occurrence (the target writes `low` where the source says `lo`) and resumes a fe
 At the resumption the replaced source tokens and the reply's tokens in their place are known:
 that pair is a substitution, remembered with the source token before it as context (a hint
 inserted after `path` is keyed by `path`). Copies proposed later carry the substitution, so
-the second and later occurrences of an edit are proposed, not rejected.
+the second and later occurrences of an edit are proposed, not rejected. Only a copy of a source
+teaches: where the copy was of the reply's own text (the function before, in a file of similar
+ones), what the reply writes otherwise is this function differing from that one (`hls_to_rgb(h,
+l, s)` after `rgb_to_hls(r, g, b)`), and a rename learned there is refused where it is applied.
 
 A rename has as many spellings as the tokenizer has ways to cut it: ` mode`, `(mode` and `.mode`
 are different tokens, so a substitution learned at ` mode` would not apply at `(mode`. When a

@@ -171,8 +171,10 @@ class PromptLookup(Proposer):
     `anchor`: re-anchor after a departure, within `anchor_window` source tokens, and prefer a
     match ending within `align_window` tokens of where the copy stood (0: the longest). `min_match`,
     `max_match`, `spec_factor`: the shortest suffix looked up, the longest compared, the most
-    tokens proposed per matched token. The shipped policy is the defaults; the others are
-    tried by replaying recorded replies (tools/replay.py)."""
+    tokens proposed per matched token. `reply_edits`: learn edits also where the copy was of the
+    reply's own text (off: there the reply writes another function, not an edit of this one's
+    source, and the memory learned renames that were not). The shipped policy is the defaults;
+    the others are tried by replaying recorded replies (tools/replay.py)."""
 
     name = "lookup"
 
@@ -180,7 +182,8 @@ class PromptLookup(Proposer):
                  anchor: bool = True, learn_edits: bool = True, respell: bool = True, layout: bool = True,
                  anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
                  min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR,
-                 resume_edits: bool = True, return_home: bool = True, line_rates: bool = True):
+                 resume_edits: bool = True, return_home: bool = True, line_rates: bool = True,
+                 reply_edits: bool = False):
         self.evidence = evidence if evidence is not None else CopyEvidence()
         self.stage = stage
         self.anchor = anchor
@@ -189,6 +192,7 @@ class PromptLookup(Proposer):
         self.learn_layout = layout
         self.anchor_window, self.align_window = anchor_window, align_window
         self.resume_edits, self.return_home, self.line_rates = resume_edits, return_home, line_rates
+        self.reply_edits = reply_edits
         self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
         self.uses_draft = stage is not False
         self.index = SuffixIndex(min_match=min_match, max_match=max_match)
@@ -312,7 +316,10 @@ class PromptLookup(Proposer):
 
     def _learn(self, seq: list[int], d_src: int, d_rep: int, source: int, reply: int) -> None:
         """The copy parted from source[d_src] at seq[d_rep] and resumed: source[source:] again
-        lines up with seq[reply:]. What the reply wrote in between replaced what the source had."""
+        lines up with seq[reply:]. What the reply wrote in between replaced what the source had,
+        where the copy was of a source (the prompt, a predicted output), not of the reply."""
+        if d_src >= self._reply_at and not self.reply_edits:
+            return  # a copy of the reply's own text (a similar function): it differs, no edit made
         if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
             s = self.index.seq
             prose = self.memory.in_prose(s, d_src)
