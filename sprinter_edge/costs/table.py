@@ -245,7 +245,9 @@ def measure(model: Any, sizes: Sequence[int] = SIZES, repeats: int = 3,
     work = (max([BASE_DEPTH, *depths]) + repeats * (
         sum(sizes) + sum(n for n in full_sizes if n > 1)
         + len(depths) * (sum(DEPTH_LAST) + sum(n for n in deep_full if n > 1))))
-    with tqdm(total=work, desc=progress, unit="tok", disable=progress is None, leave=False) as bar:
+    # (None: shown on a terminal only, so a log or a pipe gets no carriage-return lines)
+    with tqdm(total=work, desc=progress, unit="tok", disable=True if progress is None else None,
+              leave=False) as bar:
         model.sync(tokens[:BASE_DEPTH], n_logits=0)
         model.eval(tokens[BASE_DEPTH:BASE_DEPTH + 1], n_logits=1)  # warm-up: pages the weights in
         bar.update(BASE_DEPTH)
