@@ -110,6 +110,21 @@ def test_the_replayed_copy_stays_under_its_bounds(replay) -> None:  # type: igno
     assert ar / done.ms < ar / drafted <= model.floor_ratio([(len(PROMPT), len(REPLY))])
 
 
+def test_a_fork_is_the_first_proposed_token_another_continuation_followed(replay) -> None:  # type: ignore[no-untyped-def]
+    """The n tokens before a proposed token were followed earlier by another token: the branch
+    starts there, at the most recent such continuation; a proposal that only repeats what
+    always followed has none. The replay records one target call a round, each priced."""
+    seq = [1, 2, 3, 4, 9, 1, 2, 3, 5, 8, 1, 2, 3]
+    ends = replay.ngram_ends(seq, 3)
+    assert replay.fork_of(seq, ends, 10, [1, 2, 3, 5], 3) == (3, 3)  # after 1 2 3: 4 at 3, not 5
+    assert replay.fork_of(seq, ends, 10, [1, 2, 3, 4], 3) == (3, 8)  # the most recent: 5
+    assert replay.fork_of(seq, ends, 5, [1, 2, 3, 4], 3) is None  # before 5, only 4 followed them
+    evidence = Evidence()
+    done = replay.replay(replay.proposer_of("shipped", evidence), TABLE, evidence, PROMPT, REPLY,
+                         lambda t: False)
+    assert len(done.calls) == len(done.rounds) and sum(ms for *_, ms in done.calls) == pytest.approx(done.ms)
+
+
 class FailsOnRound(PromptLookup):
     """A copy proposer with a bug that shows on its `rounds`-th proposal."""
 

@@ -22,6 +22,7 @@ split are replayed (`--split`, default "tuning": what tuning may look at). Subco
     python tools/replay.py tasks results/bench-results-file-edits.json --trace stat
     python tools/replay.py bounds results/bench-results-file-edits-report-kinds-xeon.json \
         --split report --costs results/bench-results-file-edits-report-kinds-xeon.json
+    python tools/replay.py forks results/bench-results-file-edits-report-type-hints.json --split report
 
 `policies`: per variant, the predicted speed, calls, plain steps and rows; where the time goes
 against the ceiling; and the copy bound (an oracle that copies every n-gram continuation seen
@@ -36,11 +37,15 @@ memory's substitutions at the end. `bounds`: per edit kind, as x ar and a share 
 bench's measured speed, the shipped copy replayed, the copy bounds, and the same bounds with a
 perfect draft writing every token no copy gives (a draft step and a floor row each, its catch-up
 free; the draft's costs from `--costs`' bench.json): how much of the gap a draft could close.
+`forks`: what a second candidate verified in the same call would save (at each proposal's first
+fork, the other continuation seen last, as a branch of a batch's second sequence) against the
+rows it adds, priced along the shipped replay, and with an oracle that adds it only where it wins.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import logging
 import sys
@@ -204,13 +209,16 @@ class RecordedTarget:
         self.last_decoded = 0
         self.n_vocab = max([*prompt, *reply]) + 1
         self.ms = 0.0
+        self.calls: list[tuple[int, int, float]] = []  # per call: the depth it ran after, tokens, ms
 
     def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
         keep = min(common_prefix(self.tokens, context), len(context) - n_logits)
         n = len(context) - keep
         rows = min(n_logits, n)
         table = self.costs.at(keep)
-        self.ms += table.all_rows(n) if rows == n else table.cost(n, rows)
+        ms = table.all_rows(n) if rows == n else table.cost(n, rows)
+        self.ms += ms
+        self.calls.append((keep, n, ms))
         self.tokens, self.last_decoded = list(context), n
         logits = np.zeros((rows, self.n_vocab), np.float32)
         first = len(context) - rows + 1 - len(self.prompt)  # the reply position row 0 predicts
@@ -266,6 +274,7 @@ class Replayed:
     ms: float  # predicted target milliseconds
     stats: Stats  # the loop's counters (target calls, rows, copied tokens offered and accepted)
     rounds: list[Round]
+    calls: list[tuple[int, int, float]]  # the target's, one a round: depth, tokens, ms
 
     @property
     def plain(self) -> int:
@@ -295,7 +304,7 @@ def replay(proposer: PromptLookup, costs: CostTable, evidence: Evidence, prompt:
     steps.close()
     if committed[:len(reply)] != reply:
         raise RuntimeError("the replay left the recorded reply")
-    return Replayed(target.ms, stats, watched.rounds)
+    return Replayed(target.ms, stats, watched.rounds, target.calls)
 
 
 def proposer_of(variant: str, evidence: Evidence) -> PromptLookup:
@@ -455,6 +464,85 @@ def bounds(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- forks
+
+
+def ngram_ends(seq: Sequence[int], n: int = MIN_MATCH) -> dict[tuple[int, ...], list[int]]:
+    """Where each n-gram of `seq` ends (ascending): what followed it starts there."""
+    ends: dict[tuple[int, ...], list[int]] = {}
+    for end in range(n, len(seq)):
+        ends.setdefault(tuple(seq[end - n:end]), []).append(end)
+    return ends
+
+
+def fork_of(seq: Sequence[int], ends: dict[tuple[int, ...], list[int]], base: int,
+            proposal: Sequence[int], n: int = MIN_MATCH) -> tuple[int, int] | None:
+    """The proposal's first fork, made after seq[:base]: (j, e) for the first proposed token j whose
+    n tokens before it were followed by another token earlier in seq[:base], e where the most
+    recent such continuation starts; None: no fork (`ends`: `ngram_ends(seq, n)`)."""
+    for j in range(len(proposal)):
+        window = tuple([*seq[max(0, base + j - n):base], *proposal[max(0, j - n):j]][-n:])
+        found = ends.get(window, [])
+        for e in reversed(found[:bisect.bisect_left(found, base)]):
+            if seq[e] != proposal[j]:
+                return j, e
+    return None
+
+
+def forks(args: argparse.Namespace) -> int:
+    """A second candidate in the same target call: at each proposal's first fork, the most recent
+    other continuation seen, as a branch of `cap` tokens verified beside the proposal (two
+    sequences of one batch). Priced post hoc along the shipped replay: the rows it adds to each
+    call, and where the target took the branch, the rounds after it that its accepted tokens
+    make unneeded. `oracle` adds a branch only where it wins."""
+    recorded, engine, model, _ = load(args)
+    table = model.target
+    caps = [int(c) for c in args.caps.split(",")]
+    extra, saved, oracle = ({c: 0.0 for c in caps} for _ in range(3))
+    n_forks, wins = 0, {c: 0 for c in caps}
+    total = 0.0
+    evidence = Evidence()
+    for r in recorded:
+        done = replay(proposer_of("shipped", evidence), table, evidence, r.prompt, r.reply,
+                      engine.target.is_eog, engine.target)
+        total += done.ms
+        seq = [*r.prompt, *r.reply]
+        ends = ngram_ends(seq)
+        starts = [rd.pos for rd in done.rounds] + [len(r.reply)]
+        for i, rd in enumerate(done.rounds):
+            base, proposal = len(r.prompt) + rd.pos, rd.proposal.tokens
+            fork = fork_of(seq, ends, base, proposal) if proposal else None
+            if fork is None:
+                continue
+            n_forks += 1
+            j, e = fork
+            depth, tokens, _ = done.calls[i]
+            at = table.at(depth)
+            for cap in caps:
+                branch = seq[e:min(e + cap, base)]
+                added = at.all_rows(tokens + len(branch)) - at.all_rows(tokens)
+                extra[cap] += added
+                if rd.accepted != j or not branch or seq[base + j] != branch[0]:
+                    continue
+                took = common_prefix(branch, seq[base + j:])
+                end = rd.pos + j + took + 1  # the reply position after the branch and the target's token
+                gain = 0.0
+                for k in range(i + 1, len(done.rounds)):
+                    if starts[k + 1] > end:
+                        break
+                    gain += done.calls[k][2]
+                wins[cap] += 1
+                saved[cap] += gain
+                oracle[cap] += gain - added
+    engine.close()
+    print(f"shipped replayed: {total / 1000:.1f} s; {n_forks} proposals with a fork")
+    print(f"{'branch':>8s} {'wins':>5s} {'rows added':>11s} {'saved':>8s} {'net':>7s} {'oracle net':>11s}")
+    for cap in caps:
+        print(f"{cap:>8d} {wins[cap]:5d} {extra[cap] / 1000:10.1f}s {saved[cap] / 1000:7.1f}s "
+              f"{(saved[cap] - extra[cap]) / total:+7.1%} {oracle[cap] / total:+11.1%}")
+    return 0
+
+
 # ---------------------------------------------------------------------------- tasks
 
 
@@ -550,6 +638,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--out", type=Path, default=None, help="also write the rows here (JSON), for "
                    "tools/render_tables.py")
     b.set_defaults(run=bounds, default_method="auto")
+    f = sub.add_parser("forks", parents=[common], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="what verifying a second candidate at each proposal's first fork, in the "
+                            "same call, would save and cost")
+    f.add_argument("--caps", default="4,8,16", help="comma-separated branch lengths (tokens) to price")
+    f.set_defaults(run=forks, default_method="auto")
     t = sub.add_parser("tasks", parents=[common], formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                        help="per task, the share of copied tokens accepted, against the bench's")
     t.add_argument("--variant", default="shipped", choices=tuple(VARIANTS), help="the policy replayed")
