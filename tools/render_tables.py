@@ -271,6 +271,14 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
         columns=("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
                  "e2e vs ar", "calls/tok", "identical", "done", "plans"),
         headers=tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)),
+    "type-hints-epyc-zen3": Table(
+        ("bench-results-type-hints-epyc-zen3-before.json",
+         "bench-results-type-hints-epyc-zen3.json",
+         "bench-results-type-hints-epyc-zen3-again.json"),
+        labels=("before", "after", "after, again"),
+        columns=("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
+                 "e2e vs ar", "calls/tok", "identical", "done", "plans"),
+        headers=tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)),
     "file-edits-report-fstrings": Table(
         "bench-results-file-edits-report-fstrings.json",
         columns=("method", "tok/s", "vs ar", "of floor", *FSTRING_FILES, "ttft", "e2e", "e2e vs ar",
@@ -370,6 +378,7 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
                  "verifier ms", "done"),
         headers=(("source", "T"),),
         names=(("sprinter:balanced[auto]", "rule (`auto`)"), ("sprinter:balanced[hidden]", "hidden"))),
+    "bounds-type-hints-epyc-zen3": Bounds(("replay-bounds-type-hints-epyc-zen3.json",)),
     "bounds-report-xeon": Bounds(("replay-bounds-type-hints-xeon.json", "replay-bounds-fstrings-xeon.json",
                                   "replay-bounds-kinds-xeon.json")),
     # cost curves
