@@ -137,7 +137,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "target never saw: the eta_FP and TV drift columns) or none (speed, "
                         "pass@1 and agreement with ar only: the fastest long HumanEval run)")
     g.add_argument("--no-progress", action="store_true",
-                   help="no progress bar for the runs (a first use's cost timing shows one on a terminal only)")
+                   help="no progress bar for the runs (a first use's cost timing shows one on a "
+                        "terminal only)")
     add_hardware_args(p)
     p.set_defaults(func=run, ctx=4096)  # room for the long-context prompts and their replies
 

@@ -147,7 +147,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     print(f"  python        {sys.version.split()[0]} on {platform.platform()} ({platform.machine()})")
     for pkg in ("sprinter-edge", "llama-cpp-python", "numpy", "onnxruntime", "scikit-learn",
                 "huggingface-hub", "skl2onnx"):
-        print(f"  {pkg:14}{version(pkg)}")
+        print(f"  {pkg:13} {version(pkg)}")  # (a longer name still gets its space)
     info = native.system_info()
     print(f"  llama.cpp     {info.strip()}")
     for line in _build_lines(buildflags.check_build(info)):
