@@ -29,6 +29,12 @@ def source_with_uses(uses: int, seed: int = 0) -> list[int]:
     return out
 
 
+def edit_context(max_new_tokens: int) -> DecodeContext:
+    """A context for a proposer alone: no model, this file's cost table, an edit request."""
+    return DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
+                         max_new_tokens=max_new_tokens, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+
+
 def replay(proposer: PromptLookup, prompt: list[int], reply: list[int],
            max_new_tokens: int | None = None, model=None) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
     """(tokens proposed, accepted, target calls) when the target writes `reply` (`model`: whose
@@ -91,8 +97,7 @@ def test_a_proposal_cut_inside_an_edit_goes_on_inside_it() -> None:
     after = {}
     for resume in (True, False):
         proposer = PromptLookup(resume_edits=resume)
-        ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
-                            max_new_tokens=8, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+        ctx = edit_context(8)
         proposer.begin(ctx, prompt)
         proposer.memory.learn(40, [], [41, 42, 43, 44])  # a hint of four tokens after 40
         ctx.produced = len(reply)
@@ -117,8 +122,7 @@ def test_a_copy_of_the_reply_gives_way_to_the_source_where_they_meet() -> None:
     copies = {}
     for home in (None, 3 + 11):  # where the copy stood in the source: the second function's X
         proposer = PromptLookup()
-        ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
-                            max_new_tokens=100, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+        ctx = edit_context(100)
         proposer.begin(ctx, prompt)
         proposer.index.extend(seq)
         start = len(prompt) + 4  # the reply's first function, after its NL2
@@ -141,8 +145,7 @@ def test_only_a_copy_of_the_source_teaches_an_edit() -> None:
     learned = {}
     for reply_edits in (False, True):
         proposer = PromptLookup(reply_edits=reply_edits)
-        ctx = DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
-                            max_new_tokens=100, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
+        ctx = edit_context(100)
         proposer.begin(ctx, prompt)
         seq = prompt + reply + [Q, 12]
         proposer.index.extend(seq)
