@@ -12,7 +12,7 @@ from sprinter_edge.bench.edits import FUNCTIONS
 from sprinter_edge.costs import Evidence
 from sprinter_edge.costs.table import CostTable
 from sprinter_edge.decoding.proposers.copy_evidence import ANCHOR, CopyEvidence
-from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup, SuffixIndex
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 
@@ -115,7 +115,9 @@ def test_a_fork_is_the_first_proposed_token_another_continuation_followed(replay
     starts there, at the most recent such continuation; a proposal that only repeats what
     always followed has none. The replay records one target call a round, each priced."""
     seq = [1, 2, 3, 4, 9, 1, 2, 3, 5, 8, 1, 2, 3]
-    ends = replay.ngram_ends(seq, 3)
+    index = SuffixIndex(min_match=3)  # the proposer's own n-gram index
+    index.extend(seq)
+    ends = index.where
     assert replay.fork_of(seq, ends, 10, [1, 2, 3, 5], 3) == (3, 3)  # after 1 2 3: 4 at 3, not 5
     assert replay.fork_of(seq, ends, 10, [1, 2, 3, 4], 3) == (3, 8)  # the most recent: 5
     assert replay.fork_of(seq, ends, 5, [1, 2, 3, 4], 3) is None  # before 5, only 4 followed them

@@ -69,7 +69,7 @@ from sprinter_edge.decoding.loop import run_loop
 from sprinter_edge.decoding.proposers.base import Proposal, Proposer
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.edit_memory import Tokenizer
-from sprinter_edge.decoding.proposers.prompt_lookup import MIN_MATCH, PromptLookup
+from sprinter_edge.decoding.proposers.prompt_lookup import MIN_MATCH, PromptLookup, SuffixIndex
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
 log = logging.getLogger("replay")
@@ -467,19 +467,12 @@ def bounds(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- forks
 
 
-def ngram_ends(seq: Sequence[int], n: int = MIN_MATCH) -> dict[tuple[int, ...], list[int]]:
-    """Where each n-gram of `seq` ends (ascending): what followed it starts there."""
-    ends: dict[tuple[int, ...], list[int]] = {}
-    for end in range(n, len(seq)):
-        ends.setdefault(tuple(seq[end - n:end]), []).append(end)
-    return ends
-
-
 def fork_of(seq: Sequence[int], ends: dict[tuple[int, ...], list[int]], base: int,
             proposal: Sequence[int], n: int = MIN_MATCH) -> tuple[int, int] | None:
     """The proposal's first fork, made after seq[:base]: (j, e) for the first proposed token j whose
     n tokens before it were followed by another token earlier in seq[:base], e where the most
-    recent such continuation starts; None: no fork (`ends`: `ngram_ends(seq, n)`)."""
+    recent such continuation starts; None: no fork (`ends`: where each n-gram of `seq` ends,
+    ascending, as the proposer's `SuffixIndex.where` keeps them)."""
     for j in range(len(proposal)):
         window = tuple([*seq[max(0, base + j - n):base], *proposal[max(0, j - n):j]][-n:])
         found = ends.get(window, [])
@@ -507,7 +500,9 @@ def forks(args: argparse.Namespace) -> int:
                       engine.target.is_eog, engine.target)
         total += done.ms
         seq = [*r.prompt, *r.reply]
-        ends = ngram_ends(seq)
+        index = SuffixIndex()
+        index.extend(seq)
+        ends = index.where
         starts = [rd.pos for rd in done.rounds] + [len(r.reply)]
         for i, rd in enumerate(done.rounds):
             base, proposal = len(r.prompt) + rd.pos, rd.proposal.tokens
