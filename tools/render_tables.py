@@ -94,6 +94,10 @@ REPORT_COLUMNS = ("method", "tok/s", "vs ar", "of floor", *edit_columns(REPORT_E
 RENAME_COPIES = "copy acc@id:file_edit/rename_parameter/"  # the renames' copied-token acceptance
 RENAME_COPIES_HEADER = (RENAME_COPIES, "copied-token acceptance, renames")
 TYPE_HINT_FILES = tuple(f"vs ar@id:file_edit/type_hints/{m}" for m in ("operator", "colorsys"))
+# the type-hint runs' tables, one row per method and run: each file's ratio beside the whole
+TYPE_HINT_COLUMNS = ("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
+                     "e2e vs ar", "calls/tok", "identical", "done", "plans")
+TYPE_HINT_HEADERS = tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)
 FSTRING_FILES = tuple(f"vs ar@id:file_edit/fstring/{m}" for m in ("email.quoprimime", "calendar"))
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
 FIRST_USE = ("bench-results-first-use-edits.json", "bench-results-first-use-xeon.json")
@@ -268,17 +272,13 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
         ("bench-results-file-edits-report-type-hints.json",
          "bench-results-file-edits-report-type-hints-md.json"),
         labels=("first run", "second run"),
-        columns=("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
-                 "e2e vs ar", "calls/tok", "identical", "done", "plans"),
-        headers=tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)),
+        columns=TYPE_HINT_COLUMNS, headers=TYPE_HINT_HEADERS),
     "type-hints-epyc-zen3": Table(
         ("bench-results-type-hints-epyc-zen3-before.json",
          "bench-results-type-hints-epyc-zen3.json",
          "bench-results-type-hints-epyc-zen3-again.json"),
         labels=("before", "after", "after, again"),
-        columns=("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HINT_FILES, "ttft", "e2e",
-                 "e2e vs ar", "calls/tok", "identical", "done", "plans"),
-        headers=tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)),
+        columns=TYPE_HINT_COLUMNS, headers=TYPE_HINT_HEADERS),
     "file-edits-report-fstrings": Table(
         "bench-results-file-edits-report-fstrings.json",
         columns=("method", "tok/s", "vs ar", "of floor", *FSTRING_FILES, "ttft", "e2e", "e2e vs ar",
