@@ -238,15 +238,15 @@ class Engine:
                                mine.get("target") else None),
                     "draft": (self._draft, self._planner.draft if self._planner.draft is
                               mine.get("draft") else None)}
-        learnt = set()
+        calls: dict[str, list[tuple[int, int, float, float, int]]] = {}
         for (role, (n, rows, step)), (count, total_ms) in stats.calls.timed.items():
+            depth = (step + 0.5) * DEPTH_STEP
+            calls.setdefault(role, []).append((n, rows, depth, total_ms / count, int(count)))
+        for role, timed in calls.items():
             model, table = learners[role]
             if model is None or table is None:
                 continue
-            table.learn(n, rows, (step + 0.5) * DEPTH_STEP, total_ms / count, int(count))
-            learnt.add(role)
-        for role in learnt:
-            model, table = learners[role]
+            table.learn_calls(timed)
             table.make_monotone()
             store_costs(model, table)
 

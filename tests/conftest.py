@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 # Engines keep their cost tables as first measured, so that what `auto` chooses in one test does
 # not depend on the calls earlier tests made (tests/test_first_use.py turns learning on)
 os.environ["SPRINTER_EDGE_LEARN_COSTS"] = "0"
+# The suite never reads or writes the user's cost tables: what a test decides must not depend on
+# what this machine was doing when a model was first timed. Each run times its models anew, in a
+# folder of its own (a test about a decision sets a fixed table instead)
+COSTS = tempfile.mkdtemp(prefix="sprinter-edge-test-costs-")
+os.environ["SPRINTER_EDGE_CACHE"] = COSTS
+atexit.register(shutil.rmtree, COSTS, ignore_errors=True)
 # A proposer's failure is raised, not given up for the target's own steps (decoding/loop.py)
 os.environ["SPRINTER_EDGE_STRICT"] = "1"
 

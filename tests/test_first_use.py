@@ -12,15 +12,18 @@ import pytest
 from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.costs.table import (
     BASE_DEPTH,
+    DISAGREE,
     LEARN_BUCKET,
     LEARN_ENV,
     PLAN_SIZES,
     QUICK_FULL_SIZES,
     CostTable,
+    _out_of_line,
     cost_file,
     machine_costs,
     prior_costs,
     read_costs,
+    store_costs,
 )
 from sprinter_edge.decoding.proposers.base import Proposal
 from sprinter_edge.decoding.sampling import Sampler
@@ -41,6 +44,34 @@ def test_a_call_teaches_the_point_it_measured() -> None:
     before = table.to_dict()
     table.learn(8, 3, BASE_DEPTH, 500.0)  # some rows but not all: measures neither curve
     assert table.to_dict() == before
+
+
+def test_a_table_timed_under_load_is_rescaled_by_the_first_reply_that_disagrees() -> None:
+    table = flat(30.0)  # timed while something else used the CPU: 3x what calls now take
+    seen = table.learn_calls([(1, 1, BASE_DEPTH, 10.0, 20), (16, 16, BASE_DEPTH, 160.0, 2)])
+    assert seen == pytest.approx(1 / 3, rel=0.1)
+    assert table.cost(1) == pytest.approx(10.0, rel=0.15)
+    assert table.all_rows(16) == pytest.approx(160.0, rel=0.15)
+    assert table.cost(8) == pytest.approx(10.0, rel=0.15)  # a size no call reached: rescaled too
+    # noise on a quiet machine moves only the points it measured
+    quiet = flat(10.0)
+    assert quiet.learn_calls([(1, 1, BASE_DEPTH, 12.0, 20)]) == pytest.approx(1.2)
+    assert quiet.cost(8) == 10.0
+    # too few calls to tell
+    assert flat(30.0).learn_calls([(1, 1, BASE_DEPTH, 10.0, 2)]) == 1.0
+    # a deep call that is dearer may be the depth the table has not seen, not a wrong table
+    deep = flat(10.0)
+    deep.learn_calls([(1, 1, 2048, 10.0 * DISAGREE * 1.5, 20)])
+    assert deep.cost(1) == 10.0 and deep.at(2048).cost(1) > 10.0 * DISAGREE
+    # one that is cheaper says the table is too dear: a deeper context never costs less
+    fast = flat(30.0)
+    fast.learn_calls([(1, 1, 2048, 10.0, 20)])
+    assert fast.cost(1) == pytest.approx(10.0, rel=0.05)
+
+
+def test_a_call_out_of_line_with_its_neighbours_is_timed_again() -> None:
+    assert _out_of_line({1: 10.0, 2: 12.0, 4: 40.0, 8: 20.0, 16: 18.0}) == [4]  # a peak
+    assert _out_of_line({1: 10.0, 2: 12.0, 4: 13.0, 8: 20.0, 16: 18.0}) == []  # a dip is the kernel's
 
 
 def test_deep_calls_scale_the_curve_at_their_depth() -> None:
@@ -133,6 +164,27 @@ def test_first_use_measures_quickly_and_replies_refine_it(
         learned = read_costs(stored)
         assert stored.read_text() != first  # the reply's calls were folded in and stored
         assert learned.weight and max(learned.weight.values()) > 1 or learned.deep
+    finally:
+        engine.close()
+
+
+def test_a_stored_table_timed_under_load_is_corrected_by_the_replies(
+        fresh_cache: Path, fixture_target_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table 3x too dear in the cache (timed while something else used the CPU) is back near
+    what the calls cost after one reply of plain steps, and stored so."""
+    monkeypatch.setenv(LEARN_ENV, "1")
+    engine = Engine(fixture_target_path, method="lookup", hardware=Hardware(n_ctx=1024, n_threads=1))
+    try:
+        quiet = engine.planner().target.cost(1)
+        busy = CostTable.from_dict(engine.planner().target.to_dict())
+        busy.rescale(3.0)
+        store_costs(engine.target, busy)
+        engine.set_planner(None)
+        assert engine.planner().target.cost(1) == pytest.approx(3 * quiet, rel=0.01)  # read back as stored
+        engine.generate("Write a short poem about rivers.", SamplingParams(max_tokens=32))
+        corrected = engine.planner().target.cost(1)
+        assert corrected < DISAGREE * quiet  # not 3x: the reply's calls rescaled it
+        assert read_costs(cost_file(engine.target)).cost(1) == pytest.approx(corrected, rel=0.01)
     finally:
         engine.close()
 

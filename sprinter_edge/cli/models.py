@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also time the target at every batch size of 1..32 the bench uses, raw (not "
                         "smoothed), one logits row, and say where a larger batch costs less (about "
                         "10-20 s for the default pair on 2 cores)")
+    p.add_argument("--retime", action="store_true",
+                   help="time the pair's decode calls anew and store them, replacing the cached "
+                        "table (do it when the machine is quiet; about 20-40 s for the default pair)")
     p.set_defaults(func=run_doctor)
 
 
@@ -184,6 +187,13 @@ def run_doctor(args: argparse.Namespace) -> int:
         engine = Engine.from_pair(pair.name, download=False, offline=True, progress=False, method="auto",
                                   hardware=Hardware(n_threads=args.threads, n_ctx=4096,
                                                     draft_gpu_layers=layers, target_gpu_layers=layers))
+        if args.retime:
+            from ..costs.table import machine_costs
+
+            print("re-timing the pair's decode calls (keep the machine quiet meanwhile)")
+            machine_costs(engine.target, refresh=True)
+            if engine.draft_path is not None:
+                machine_costs(engine.draft, refresh=True)
         planner = engine.planner()  # this machine's costs: from the cache, or measured now
     except SprinterError as exc:
         print(f"  (no timing: {exc}; run `sprinter-edge pull {pair.name}`)")
@@ -194,6 +204,13 @@ def run_doctor(args: argparse.Namespace) -> int:
         if table is not None:
             print(f"  {role:6} " + "  ".join(f"{n}: {table.last[n]:.0f}/{table.full[n]:.0f}"
                                              for n in sorted(table.last)))
+    from ..costs.table import DISAGREE, check_against
+
+    ratio = check_against(engine.target, planner.target)
+    verdict = ("they agree" if 1 / DISAGREE <= ratio <= DISAGREE else
+               "they disagree: the table was timed while the machine was busy, or the machine is busy "
+               "now; replies rescale it as they run, and `sprinter-edge doctor --retime` times it anew")
+    print(f"  target calls timed now run {ratio:.2f}x the stored table: {verdict}")
     print("decode cost at depth (ms per call after d tokens of context: 1 token / 32 tokens with "
           "every row / 64 with every row; ms per row in brackets)")
     for role, table in (("draft", planner.draft), ("target", planner.target)):

@@ -16,6 +16,12 @@ not the minutes a sweep of deep contexts takes). The table then learns from the 
 decoder times anyway (`CostTable.learn`: each one is a measurement at its size and depth) and is
 stored again, so the depths a user's requests reach are priced from their own calls. The bench
 asks for the full measurement (`machine_costs(..., depths=True)`).
+
+A table timed while something else used the CPU must not stick. Timing re-times a call that
+costs more than both its neighbours (`_time_calls`), and when a reply's calls run far from what
+the table says (DISAGREE) the whole table is rescaled to them at once (`CostTable.learn_calls`),
+before the calls refine their own points. `doctor` compares the stored table with calls it
+makes now and gives the command that re-times it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import time
@@ -47,6 +54,11 @@ DEPTH_FULL = (4, 8, 16, 32, 64)
 LEARN_SHALLOW = 192  # calls after fewer tokens of context than this teach the base curve
 LEARN_BUCKET = 256  # deeper calls teach the deep table of the nearest multiple of this
 LEARN_CAP = 24.0  # a point's weight stops growing here, so it keeps following the machine
+# A reply's calls that run, taken together, this far from the table (either way) rescale it
+# whole: a table timed under load is 2-3x too dear, call-to-call noise on a quiet machine ~10%
+DISAGREE = 1.5
+DISAGREE_CALLS = 3  # ... once at least this many calls say so
+OUT_OF_LINE = 1.25  # a timed call this much dearer than both its neighbours is timed again
 FORMAT = 5  # bump when the measurement changes meaning
 _TEXT = ("def quicksort(items):\n    if len(items) <= 1:\n        return items\n    pivot = items[0]\n"
          "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ") * 32
@@ -129,6 +141,40 @@ class CostTable:
             w = table.weight.get(which, 0.0)
             table.scale[which] = (table.scale.get(which, 0.0) * w + ratio * count) / (w + count)
             table.weight[which] = min(w + count, LEARN_CAP)
+        self._rows, self._at = [], {}
+
+    def learn_calls(self, calls: Sequence[tuple[int, int, float, float, int]]) -> float:
+        """Learn a reply's timed calls, each (n, rows, depth, ms, count) as `learn` takes them.
+        Where the calls together disagree with the table by more than DISAGREE (the geometric
+        mean of their time over the table's price, weighted by count), the table is first
+        rescaled by that ratio: a table timed while the machine was busy is corrected by the
+        first reply, not worn off over dozens. A deep call slower than the table is left out of
+        that check (the table may not know its depth yet); one faster is not (a deeper context
+        never costs less). Returns the ratio seen (1.0: agreed, or too few calls to tell)."""
+        usable = [c for c in calls if c[0] >= 1 and c[4] >= 1 and c[3] > 0 and c[1] in (1, c[0])]
+        total = logs = 0.0
+        for n, rows, depth, ms, count in usable:
+            ratio = ms / max(self.at(int(depth)).cost(n, rows), 1e-9)
+            if depth >= LEARN_SHALLOW:
+                ratio = min(ratio, 1.0)
+            logs += math.log(ratio) * count
+            total += count
+        seen = math.exp(logs / total) if total >= DISAGREE_CALLS else 1.0
+        if not 1 / DISAGREE <= seen <= DISAGREE:
+            log.info("decode calls ran %.2fx the stored cost table: rescaled to them", seen)
+            self.rescale(seen)
+        for call in usable:
+            self.learn(*call)
+        return seen
+
+    def rescale(self, factor: float) -> None:
+        """Every cost times `factor` (the deeper tables' measured costs too; their learned
+        scales are ratios to the base curve and stay)."""
+        self.last = {n: c * factor for n, c in self.last.items()}
+        self.full = {n: c * factor for n, c in self.full.items()}
+        for table in self.deep.values():
+            table.last = {n: c * factor for n, c in table.last.items()}
+            table.full = {n: c * factor for n, c in table.full.items()}
         self._rows, self._at = [], {}
 
     def replace_with(self, other: CostTable) -> None:
@@ -273,19 +319,41 @@ def _time_calls(model: Any, tokens: list[int], depth: int, sizes: Sequence[int],
                 done: Callable[[int], object] = lambda _: None) -> CostTable:
     """Lower-median ms of decode calls after `depth` tokens of `tokens`: one row at `sizes`, all
     rows at `full_sizes` (the lower of two: anything else on the machine only slows a call, and
-    a 64-row call timed once 20% slow made long proposals look dear). `done(n)` after each call."""
+    a 64-row call timed once 20% slow made long proposals look dear). A call out of line with
+    its neighbours is timed again (`_out_of_line`). `done(n)` after each call."""
     table = CostTable()
+
+    def timed(n: int, rows: int) -> float:
+        model.rollback(depth)
+        t0 = time.perf_counter()
+        model.eval(tokens[depth:depth + n], n_logits=rows)
+        done(n)
+        return (time.perf_counter() - t0) * 1e3
+
     calls = [(n, 1, table.last) for n in sizes] + [(n, n, table.full) for n in full_sizes if n > 1]
     for n, rows, dest in calls:
-        times = []
-        for _ in range(repeats):
-            model.rollback(depth)
-            t0 = time.perf_counter()
-            model.eval(tokens[depth:depth + n], n_logits=rows)
-            times.append((time.perf_counter() - t0) * 1e3)
-            done(n)
-        dest[n] = sorted(times)[(len(times) - 1) // 2]
+        times = sorted(timed(n, rows) for _ in range(repeats))
+        dest[n] = times[(len(times) - 1) // 2]
+    for rows_of, curve in ((lambda n: 1, table.last), (lambda n: n, table.full)):
+        for n in _out_of_line(curve):
+            curve[n] = min(curve[n], *(timed(n, rows_of(n)) for _ in range(2)))
     return table
+
+
+def _out_of_line(curve: dict[int, float]) -> list[int]:
+    """The sizes that cost more than OUT_OF_LINE times both their neighbours': a curve only dips
+    (a faster kernel at some sizes), so a peak is something else that used the CPU meanwhile."""
+    sizes = sorted(curve)
+    return [n for a, n, b in zip(sizes, sizes[1:], sizes[2:], strict=False)
+            if curve[n] > OUT_OF_LINE * max(curve[a], curve[b])]
+
+
+def check_against(model: Any, table: CostTable, repeats: int = 3) -> float:
+    """Calls timed now over what `table` prices them at: a step and a 16-row call after
+    BASE_DEPTH tokens (geometric mean; 1.0: they agree). `doctor` shows it beside the stored
+    table, so a table timed while the machine was busy is seen."""
+    now = measure(model, (1,), repeats, (16,), monotone=False)
+    return math.sqrt(now.last[1] / max(table.cost(1), 1e-9) * now.full[16] / max(table.all_rows(16), 1e-9))
 
 
 def depths_for(model: Any) -> tuple[int, ...]:
@@ -295,9 +363,12 @@ def depths_for(model: Any) -> tuple[int, ...]:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SPRINTER_EDGE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sprinter-edge")
-    return Path(root) / "costs"
+    """Where cost tables are kept: `costs/` under SPRINTER_EDGE_CACHE when it is set (the test
+    suite points it at a folder of its own per run), else under the package's cache."""
+    from ..resources import cache_dir as package_cache
+
+    root = os.environ.get("SPRINTER_EDGE_CACHE")
+    return (Path(root) if root else package_cache()) / "costs"
 
 
 def cpu_name() -> str:
