@@ -49,7 +49,7 @@ class Hardware:
     """Where and how the models run. GPU layers: 0 = CPU only, -1 = every layer."""
 
     n_threads: int | None = None
-    n_ctx: int = 4096
+    n_ctx: int | None = None  # None: the model's trained context up to AUTO_CTX (backend/llama.py)
     draft_gpu_layers: int = 0
     target_gpu_layers: int = 0
     n_batch: int = 512
@@ -459,8 +459,9 @@ class Engine:
                 f"the prompt has {len(tokens)} tokens; the context holds {n_ctx} "
                 f"(use --ctx to raise it, or shorten the prompt)"
             )
-        budget = min(params.max_tokens, n_ctx - len(tokens) - margin)
-        if budget < params.max_tokens:
+        room = n_ctx - len(tokens) - margin
+        budget = room if params.max_tokens is None else min(params.max_tokens, room)
+        if params.max_tokens is not None and budget < params.max_tokens:
             log.warning("max_tokens lowered from %d to %d to fit the context", params.max_tokens, budget)
         ctx = DecodeContext(
             target=target, draft=draft, sampler=Sampler(params), stats=Stats(),

@@ -37,7 +37,7 @@ def test_public_surface() -> None:
         assert "params" in inspect.signature(fn).parameters, fn
     assert {"max_tokens", "temperature", "top_k", "top_p", "seed", "stop"} <= set(
         inspect.signature(SamplingParams).parameters)
-    assert Hardware().n_ctx > 0
+    assert Hardware().n_ctx is None  # the model's trained context, up to AUTO_CTX (backend/llama.py)
 
 
 @pytest.mark.parametrize("method", ["ar", "sd", "sprinter"])
@@ -113,3 +113,14 @@ def test_quickstart_example_help() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), "--help"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "max-tokens" in out.stdout
+
+
+def test_a_model_gets_its_trained_context_by_default(fixture_target_path) -> None:
+    """No n_ctx given: the model's trained context (8192 for the fixture), at most AUTO_CTX."""
+    from sprinter_edge.backend.llama import AUTO_CTX, LlamaModel, LoadOptions
+
+    model = LlamaModel(fixture_target_path, LoadOptions(n_threads=1))
+    try:
+        assert model.n_ctx == min(8192, AUTO_CTX)
+    finally:
+        model.close()

@@ -16,6 +16,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ FLASH_ATTN = tuple(FLASH_ATTN_TYPE)
 class LoadOptions:
     """Hardware and memory settings for one model."""
 
-    n_ctx: int = 4096
+    n_ctx: int | None = None  # None: `auto_context` (the trained context, up to AUTO_CTX)
     n_threads: int | None = None  # None: all cores
     n_gpu_layers: int = 0  # layers offloaded to Metal/CUDA (-1: all)
     n_batch: int = 512
@@ -93,6 +94,40 @@ def check_gguf_file(path: Path) -> None:
         raise ModelFileError(f"not a GGUF file (bad magic {magic!r}): {path}")
 
 
+# The context a model gets unless told: an agent's request (its system prompt, ~1.5k tokens, a
+# file of 2-4k tokens and the whole file back) fits, and the default target's KV cache for it is
+# ~450 MiB (28 KiB a token)
+AUTO_CTX = 16384
+AUTO_CTX_MEMORY = 0.125  # ... unless its KV cache would take more than this share of free memory
+
+
+def auto_context(model: Any) -> int:
+    """The context for a loaded llama.cpp model when none is asked for: its trained context, at
+    most AUTO_CTX, and no more than a KV cache (f16) in AUTO_CTX_MEMORY of the free memory holds
+    (never under 2048); a multiple of 256."""
+    trained = llama_cpp.llama_model_n_ctx_train(model) or AUTO_CTX
+    n_embd, n_head = llama_cpp.llama_model_n_embd(model), max(1, llama_cpp.llama_model_n_head(model))
+    n_head_kv = llama_cpp.llama_model_n_head_kv(model) or n_head
+    per_token = 2 * 2 * llama_cpp.llama_model_n_layer(model) * n_head_kv * (n_embd // n_head)
+    fits = int(free_memory() * AUTO_CTX_MEMORY / max(per_token, 1))
+    return max(2048, min(trained, AUTO_CTX, fits)) // 256 * 256
+
+
+def free_memory() -> int:
+    """Bytes of memory free now (Linux), else the machine's whole memory."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
 class LlamaModel:
     """One GGUF model, one context, one KV sequence."""
 
@@ -120,7 +155,7 @@ class LlamaModel:
         self._vocab = llama_cpp.llama_model_get_vocab(model)
 
         cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = self.options.n_ctx
+        cparams.n_ctx = self.options.n_ctx or auto_context(model)
         cparams.n_batch = self.options.n_batch
         cparams.n_ubatch = self.options.n_batch
         cparams.n_seq_max = 1
@@ -140,7 +175,7 @@ class LlamaModel:
             llama_cpp.llama_model_free(model)
             self._model = None
             raise BackendError(
-                f"cannot create a context for {self.path.name} (n_ctx={self.options.n_ctx}): "
+                f"cannot create a context for {self.path.name} (n_ctx={cparams.n_ctx}): "
                 f"{logbuf.last_error() or 'out of memory?'}"
             )
         self._ctx = ctx

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
-from ..backend.llama import FLASH_ATTN
+from ..backend.llama import AUTO_CTX, AUTO_CTX_MEMORY, FLASH_ATTN
 from ..decoding import SamplingParams, all_settings
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
@@ -27,11 +27,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="never touch the network: use cached files or the PyPI mirror only")
 
 
-def add_hardware_args(p: argparse.ArgumentParser) -> None:
+def add_hardware_args(p: argparse.ArgumentParser, *, ctx_default: int | None = None) -> None:
     g = p.add_argument_group("hardware")
     g.add_argument("--threads", type=int, default=None,
                    help="CPU threads per model (default: all cores)")
-    g.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default: %(default)s)")
+    g.add_argument("--ctx", type=int, default=ctx_default, metavar="TOKENS",
+                   help=f"context size in tokens (default: {ctx_default})" if ctx_default else
+                   f"context size in tokens (default: the model's trained context up to {AUTO_CTX}, "
+                   "enough for an agent's request, its file and the file back; less where its KV "
+                   f"cache would not fit in {AUTO_CTX_MEMORY * 100:g}%% of free memory. The default "
+                   f"pair's target needs 28 KiB a token: ~450 MiB at {AUTO_CTX})")
     g.add_argument("--gpu", action="store_true",
                    help="offload every layer of both models to Metal/CUDA (needs a GPU build)")
     g.add_argument("--draft-gpu-layers", type=int, default=None,
@@ -44,7 +49,8 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                         "llama.cpp's choice otherwise (default: %(default)s)")
 
 
-def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD) -> None:
+def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAULT_METHOD,
+                      max_tokens_default: int | None = SamplingParams.max_tokens) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--method", choices=methods(), default=method_default,
                    help="auto: the fastest EXACT plan on this machine (ar, sd, lookup, staged), "
@@ -55,8 +61,10 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
                         "for free, one model (exact); staged: such spans checked by the draft first "
                         "(exact); sprinter: approximate verification by the verifier; draft: draft "
                         "only. Default: %(default)s")
-    g.add_argument("--max-tokens", type=int, default=SamplingParams.max_tokens,
-                   help="new tokens at most (default: %(default)s)")
+    g.add_argument("--max-tokens", type=int, default=max_tokens_default, metavar="N",
+                   help="new tokens at most (default: %(default)s)" if max_tokens_default else
+                   "new tokens at most for a request that names none (default: no cap, as OpenAI "
+                   "and llama.cpp's server: a reply runs to its end or the context's)")
     g.add_argument("--temperature", type=float, default=SamplingParams.temperature,
                    help="0 = greedy (default); >0 samples")
     g.add_argument("--top-k", type=int, default=SamplingParams.top_k,

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                    help="uvicorn log level (default: %(default)s)")
     add_cache_ram_arg(p)
-    add_decoding_args(p)
+    add_decoding_args(p, max_tokens_default=None)
     add_model_args(p)
     add_hardware_args(p)
     p.set_defaults(func=run)

@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "checked on the test groups")
     s.add_argument("--export", type=Path, default=None, help="the .onnx file --ship writes")
     add_model_args(s)
-    add_hardware_args(s)
+    add_hardware_args(s, ctx_default=4096)
     s.set_defaults(func=run_study)
 
     k = vsub.add_parser("calibrate", help="print a verifier's held-out calibration table and "
@@ -129,7 +129,7 @@ def _collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=None,
                    help="--policy sprinter: the behaviour verifier's threshold (default: its "
                         "balanced preset). A resumed collection must keep verifier and threshold")
-    add_hardware_args(p)
+    add_hardware_args(p, ctx_default=4096)
     p.set_defaults(ctx=2048)
 
 

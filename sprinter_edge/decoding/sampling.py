@@ -47,7 +47,7 @@ class SamplingParams:
     The one place the generation defaults live; the CLI, the chat REPL, the server and the
     Python API all build one of these (`replace` derives a variant)."""
 
-    max_tokens: int = 256
+    max_tokens: int | None = 256  # None: the reply runs to its end, or the context's
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
@@ -81,7 +81,7 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         else:
             object.__setattr__(self, "stop", tuple(s for s in self.stop if s))
-        if self.max_tokens < 0:
+        if self.max_tokens is not None and self.max_tokens < 0:
             raise SettingsError("max_tokens must be >= 0")
         if self.temperature < 0:
             raise SettingsError("temperature must be >= 0")
