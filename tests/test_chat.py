@@ -98,3 +98,60 @@ def test_chat_ctrl_c_stops_reply(fixture_target_path: Path, fixture_draft_path: 
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+
+
+def test_chat_takes_pasted_blocks_files_and_sampling(fixture_target_path: Path, fixture_draft_path: Path,
+                                                      tmp_path: Path) -> None:
+    child = spawn(fixture_target_path, fixture_draft_path, "--method", "lookup", "--max-tokens", "8",
+                  "--ctx", "2048")
+    try:
+        # a """ block of three lines is one message
+        child.sendline('"""Three lines:')
+        child.expect_exact("... ")
+        child.sendline("one")
+        child.expect_exact("... ")
+        child.sendline('two"""')
+        child.expect_exact(PROMPT)
+        assert "conversation: 2 messages" in ask(child, "/stats")  # the block and its reply
+
+        out = ask(child, "/temp 0.7")
+        assert "temperature 0.7" in out
+        assert "usage" in ask(child, "/temp hot")
+        assert "max tokens 12" in ask(child, "/max 12")
+        assert "to the end of the reply" in ask(child, "/max none")
+        ask(child, "/max 12")
+        ask(child, "/temp 0")
+
+        code = tmp_path / "calc.py"
+        code.write_text("def add(a, b):\n    return a + b\n")
+        assert "attached" in ask(child, f"/file {code}") and "2 lines" in child.before
+        ask(child, "Rename add to plus.")
+        out = ask(child, "/stats")
+        assert "attached file (the predicted output)" in out and "conversation: 4 messages" in out
+        assert "usage" in ask(child, f"/file {tmp_path / 'missing.py'}")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_chat_takes_a_bracketed_paste_as_one_message(fixture_target_path: Path,
+                                                       fixture_draft_path: Path) -> None:
+    """A terminal that marks a paste (xterm's bracketed paste): its lines are one message."""
+    args = ["-m", "sprinter_edge", "chat", "--target", str(fixture_target_path), "--draft",
+            str(fixture_draft_path), "--threads", "1", "--ctx", "1024", "--method", "ar", "--max-tokens", "4"]
+    child = pexpect.spawn(sys.executable, args, env={**os.environ, "TERM": "xterm", "PYTHONUNBUFFERED": "1"},
+                          encoding="utf-8", timeout=TIMEOUT, dimensions=(50, 200))
+    try:
+        child.expect_exact("/help for commands")
+        child.expect_exact(PROMPT)
+        child.send("\x1b[200~first pasted line\rsecond pasted line\x1b[201~\r")
+        child.expect_exact(PROMPT)
+        child.sendline("/stats")
+        child.expect("conversation: (\\d+) messages")
+        assert child.match.group(1) == "2"  # the paste and its reply
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

@@ -24,14 +24,21 @@ from .common import (
 )
 
 PROMPT = ">>> "
+BLOCK = '"""'  # a line starting with it opens a message of several lines, one ending with it closes it
 HELP = """commands:
   /help            this help
+  /file PATH       attach a file to your next message, to edit: it goes in the message and, as
+                   the predicted output, to the copy (an unchanged line costs no target step)
+  /temp X          sampling temperature (0: greedy)
+  /max N           new tokens at most per reply ("none": to the reply's end)
   /stats           counters of the last reply (tokens, speed, target calls, KV reuse)
   /method NAME     switch the decoding method ({methods})
   /threshold X     sprinter: flag tokens whose verifier score is below X (0 < X <= 1)
   /reset           forget the conversation
   /exit            leave (Ctrl-D works too)
+A pasted block of lines is one message; or type \"\"\" on a line, the lines, and \"\"\" again.
 Ctrl-C stops the current reply; the conversation goes on."""
+CHAT_MAX_TOKENS = 2048  # a reply may be a whole file written back
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-stats", action="store_true",
                    help="print a one-line summary of the counters after every reply")
     add_cache_ram_arg(p)
-    add_decoding_args(p)
+    add_decoding_args(p, max_tokens_default=CHAT_MAX_TOKENS)
     add_model_args(p)
     add_hardware_args(p)
     p.set_defaults(func=run)
@@ -80,6 +87,8 @@ def _setup_readline(history_file: Path | None) -> Callable[[], None]:
     except ImportError:  # Windows without pyreadline: plain input()
         return lambda: None
     readline.parse_and_bind("tab: complete")
+    # a paste of several lines arrives as one input (the terminal marks where it starts and ends)
+    readline.parse_and_bind("set enable-bracketed-paste on")
     if history_file is None:
         return lambda: None
     with contextlib.suppress(OSError):
@@ -110,7 +119,12 @@ def format_stats(session: ChatSession) -> str:
         f"tokens: target {c.target_sampled}, draft {c.draft_sampled}, kept {c.kept}, "
         f"accepted {c.accepted}, resampled {c.resampled}, bonus {c.bonus}, flags {c.flags}",
         f"output: {s.guarantee}",
+        f"conversation: {len(session.messages)} messages",
     ]
+    if s.prediction is not None:
+        used = s.prediction
+        lines.append(f"attached file (the predicted output): {used.accepted_prediction_tokens} of its "
+                     f"tokens used, {used.rejected_prediction_tokens} not")
     return "\n".join(lines)
 
 
@@ -122,6 +136,7 @@ class ChatRepl:
         self.out = out
         self.show_stats = show_stats
         self.interrupt = _Interrupt()
+        self.attached: tuple[Path, str] | None = None  # /file: sent with the next message
 
     def say(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -137,19 +152,39 @@ class ChatRepl:
             except KeyboardInterrupt:  # Ctrl-C at the prompt: drop the line
                 self.say("")
                 continue
+            if line.strip().startswith(BLOCK):
+                line = self.block(line.strip()[len(BLOCK):])
+                if line is None:
+                    return
             line = line.strip()
             if not line:
                 continue
-            if line.startswith("/"):
+            if line.startswith("/") and "\n" not in line:
                 if self.command(line) == "exit":
                     return
                 continue
             self.turn(line)
 
+    def block(self, first: str) -> str | None:
+        """The lines of a BLOCK message, up to the line that ends with BLOCK (None: Ctrl-D)."""
+        lines = [first]
+        while not lines[-1].rstrip().endswith(BLOCK):
+            try:
+                lines.append(input("... "))
+            except EOFError:
+                return None
+        lines[-1] = lines[-1].rstrip()[:-len(BLOCK)]
+        return "\n".join(lines)
+
     def turn(self, text: str) -> None:
+        prediction = None
+        if self.attached is not None:
+            path, content = self.attached
+            text = f"{text}\n\n{path.name}\n```\n{content}\n```"
+            prediction, self.attached = content, None
         with self.interrupt.catching():
             try:
-                gen = self.session.send(text)
+                gen = self.session.send(text, prediction=prediction)
             except ContextOverflowError as exc:
                 self.say(f"error: the message does not fit: {exc}. Shorten it or /reset the conversation.")
                 return
@@ -179,6 +214,22 @@ class ChatRepl:
             self.say(f"[{s.method}: {len(result.token_ids)} tokens, {s.tokens_per_second:.1f} tok/s, "
                      f"{s.counters.target_calls} target calls, {reread} prompt tokens read]")
 
+    def sampling(self, name: str, arg: str) -> None:
+        """/temp X and /max N: the sampling of the replies from now on."""
+        params = self.session.params
+        try:
+            if name == "/temp":
+                params = params.replace(temperature=float(arg))
+            else:
+                params = params.replace(max_tokens=None if arg == "none" else int(arg))
+        except (ValueError, SprinterError) as exc:
+            usage = "/temp X  (0: greedy)" if name == "/temp" else "/max N  (or none)"
+            self.say(f"usage: {usage}: {exc}")
+            return
+        self.session.params = params
+        self.say(f"temperature {params.temperature}" if name == "/temp" else
+                 f"max tokens {params.max_tokens or 'none: to the end of the reply'}")
+
     def command(self, line: str) -> str | None:
         name, _, arg = line.partition(" ")
         arg = arg.strip()
@@ -187,6 +238,17 @@ class ChatRepl:
             return "exit"
         if name == "/help":
             self.say(HELP.format(methods=", ".join(methods())))
+        elif name == "/file":
+            path = Path(arg).expanduser()
+            try:
+                content = path.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                self.say(f"usage: /file PATH  (a text file): {exc}")
+                return None
+            self.attached = (path, content)
+            self.say(f"attached {path} ({len(content.splitlines())} lines) to your next message")
+        elif name in ("/temp", "/max"):
+            self.sampling(name, arg)
         elif name == "/stats":
             self.say(format_stats(self.session))
         elif name == "/reset":

@@ -90,13 +90,16 @@ class ChatSession:
                    for m in models)
 
     # ------------------------------------------------------------------ turns
-    def send(self, text: str) -> Generation:
+    def send(self, text: str, prediction: str | None = None) -> Generation:
         """Start the reply to `text` with the engine's method; iterate the result, then call
-        `finish`. Raises ContextOverflowError (and other SprinterErrors) before anything changes."""
+        `finish`. `prediction`: text the reply is expected to repeat (a file to edit), the copy's
+        first source. Raises ContextOverflowError (and other SprinterErrors) before anything
+        changes."""
         messages = [*self.messages, {"role": "user", "content": text}]
         text_rendered, tokens, spliced = self.build_prompt(messages)
         reused = self._cached_prefix(tokens)
-        gen = self.engine.stream(tokens, self.params)  # may raise: the session is unchanged
+        params = self.params.replace(prediction=prediction) if prediction else self.params
+        gen = self.engine.stream(tokens, params)  # may raise: the session is unchanged
         # prefill reads the prompt but its last token; that one is read by the first decode
         info = TurnInfo(prompt_tokens=len(tokens), reused_tokens=min(reused, len(tokens) - 1),
                         spliced=spliced)
