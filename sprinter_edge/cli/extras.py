@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import SprinterError
+from ..resources import install_hint
 
 # top-level module -> (the extra that installs it, the package's name on PyPI)
 EXTRAS = {
@@ -19,6 +20,8 @@ EXTRAS = {
     "uvicorn": ("serve", "uvicorn"),
     "starlette": ("serve", "fastapi"),
     "pydantic": ("serve", "fastapi"),
+    "sklearn": ("train", "scikit-learn"),
+    "skl2onnx": ("train", "skl2onnx"),
 }
 
 
@@ -31,7 +34,7 @@ def missing(module: str, what: str, exc: BaseException | None = None) -> Missing
     import: one line naming the extra to install."""
     top = module.split(".")[0]
     extra, package = EXTRAS.get(top, (None, top))
-    hint = f"pip install 'sprinter-edge[{extra}]'" if extra else f"pip install {package}"
+    hint = install_hint(extra) if extra else f"pip install {package}"
     if exc is None or isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == top:
         state = "is not installed"
     else:  # installed but broken: say how

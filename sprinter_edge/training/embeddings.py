@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SprinterError
+from ..resources import install_hint
 
 TENSOR = "token_embd.weight"
 
@@ -24,7 +25,7 @@ def token_embedding_rows(gguf_path: str | Path, tokens: np.ndarray) -> np.ndarra
         from gguf.quants import dequantize
     except ImportError as exc:  # a study-only dependency (the `study` extra)
         raise SprinterError("the embedding features need the gguf package: "
-                            "pip install 'sprinter-edge[study]'") from exc
+                            + install_hint("study")) from exc
     tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
     try:
         reader = GGUFReader(str(gguf_path))
