@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up sprinter-edge in ./.venv on a fresh machine.
 #   tools/setup.sh            the package + the offline default model pair
-#   tools/setup.sh --dev      the same + everything the test suite needs, and llama.cpp's own
-#                             llama-server/llama-bench/llama-batched-bench (cached)
+#   tools/setup.sh --dev      the same + everything the test suite needs, llama.cpp's own
+#                             llama-server/llama-bench/llama-batched-bench (cached), and aider
+#                             in .venv-aider (the agents test and bench drive it)
 #   tools/setup.sh --rebuild  compile llama.cpp again even when a wheel for these flags is cached
 # llama-cpp-python is compiled from source (about 6-9 minutes on 2 cores) with the CMAKE_ARGS
 # that sprinter_edge/backend/buildflags.py picks for this machine (set CMAKE_ARGS to override).
@@ -15,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LLAMA_VERSION="0.3.36"     # keep equal to the pin in pyproject.toml
+AIDER_VERSION="0.86.2"     # aider pins each of its ~100 dependencies: it gets a venv of its own
 extras="default-pair"
 rebuild=0
 for arg in "$@"; do
@@ -132,6 +134,11 @@ if [[ "$extras" == *dev* ]]; then
   [[ "$rebuild" == 1 ]] && build_args+=(--rebuild)
   PYTHON=.venv/bin/python tools/build_llama_server.sh "${build_args[@]}"
   step "llama.cpp's llama-server, llama-bench, llama-batched-bench"
+  if [[ ! -x .venv-aider/bin/aider ]] || ! .venv-aider/bin/aider --version 2>/dev/null | grep -q "$AIDER_VERSION"; then
+    [[ -x .venv-aider/bin/python ]] || "$PYTHON" -m venv .venv-aider
+    .venv-aider/bin/python -m pip install --quiet --progress-bar off "aider-chat==$AIDER_VERSION"
+  fi
+  step "aider $AIDER_VERSION in .venv-aider"
 fi
 echo "setup: [$(( SECONDS - t_start )) s] in all"
 echo "setup: done. \`.venv/bin/sprinter-edge doctor --no-timing\` shows the build against this CPU."

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..bench import costmodel, edits, structured
+from ..bench.llama_server import SERVER_CONFIGS
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import all_methods, split_methods
 from ..errors import SprinterError
@@ -112,6 +113,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rows skip these tasks); reported: schema-valid replies, replies cut by "
                         "--max-tokens, field accuracy, share of tokens the grammar gave "
                         "(0 = none; --max-tokens 256 fits the replies)")
+    g.add_argument("--agents", type=int, default=0, metavar="N",
+                   help="run the agents workload instead: aider (from .venv-aider, made by setup.sh "
+                        "--dev) edits N whole files (the first N of --file-edit-kinds on --split) "
+                        "through each --agent-rows server, two turns per file; reports the user's wall "
+                        "time, the server's tokens and seconds and the edits done (agents.json, "
+                        "agents.md in --out); the other workloads do not run")
+    g.add_argument("--agent-formats", default="whole", metavar="FORMAT,...",
+                   help="aider's edit formats for --agents: whole, diff (comma-separated)")
+    g.add_argument("--agent-rows", default="serve:auto,llama-server,llama-server-ngram-mod",
+                   metavar="ROW,...",
+                   help="the servers --agents drives, one after another: serve:METHOD (`sprinter-edge "
+                        "serve --method METHOD`, else its defaults) or a llama-server configuration ("
+                        + ", ".join(SERVER_CONFIGS) + ")")
     g.add_argument("--prompts", metavar="FILE",
                    help="extra prompts: one per line, or JSONL with a 'prompt' field")
     g.add_argument("--max-tokens", type=int, default=None,
@@ -139,7 +153,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bar for the runs (a first use's cost timing shows one on a "
                         "terminal only)")
-    add_hardware_args(p)
+    add_hardware_args(p, ctx_default=4096)
     p.set_defaults(func=run, ctx=4096)  # room for the long-context prompts and their replies
 
 
@@ -201,9 +215,38 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
+def run_agents(args: argparse.Namespace) -> int:
+    """`bench --agents N`: aider through each server (bench/agents.py)."""
+    from ..bench import agents
+
+    formats = tuple(f.strip() for f in args.agent_formats.split(",") if f.strip())
+    if not formats or any(f not in agents.FORMATS for f in formats):
+        raise SprinterError(f"--agent-formats takes {', '.join(agents.FORMATS)}: {args.agent_formats!r}")
+    try:
+        kinds = edits.FILES.parse(args.file_edit_kinds)
+    except ValueError as exc:
+        raise SprinterError(f"--file-edit-kinds: {exc}") from None
+    config = agents.AgentsConfig(tasks=args.agents, split=args.split, edits=kinds, formats=formats,
+                                 rows=tuple(r.strip() for r in args.agent_rows.split(",") if r.strip()),
+                                 threads=args.threads,
+                                 command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    engine = engine_from(args, method="ar", with_draft=bool(args.draft or not args.target))
+    model_args = (["--target", str(engine.target_path)] + (["--draft", str(engine.draft_path)]
+                                                           if engine.draft_path else [])
+                  if args.target else ["--pair", args.pair])
+    outcome = agents.run(config, model_args=model_args, target=engine.target_path, draft=engine.draft_path,
+                         say=lambda line: print(line, file=sys.stderr, flush=True))
+    paths = agents.write(outcome, args.out)
+    print(agents.markdown(outcome))
+    print(f"wrote {', '.join(map(str, paths))} ({outcome.wall_seconds:.0f} s)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from ..bench import report, results
 
+    if args.agents:
+        return run_agents(args)
     config = config_from(args)
     # what is missing shows before any model loads: a missing package costs one line
     require("`sprinter-edge bench`", "matplotlib")

@@ -112,7 +112,7 @@ async def health(request: Request) -> Any:
     c = s.worker.counters
     body = {"status": "ok", "model": s.model_id, "method": s.engine.settings.method, "busy": c.busy,
             "queued": s.worker.queued, "completed": c.completed, "cancelled": c.cancelled,
-            "failed": c.failed}
+            "failed": c.failed, "totals": c.totals()}
     if s.worker.state != "ready":  # as llama.cpp's server: 503 while the models load
         body["status"] = s.worker.state
         if s.worker.load_error is not None:

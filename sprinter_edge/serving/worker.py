@@ -49,10 +49,32 @@ class Job:
 
 @dataclass
 class WorkerCounters:
+    """What the server has done since it started (/health shows them): requests by outcome,
+    and the tokens and seconds of every reply that ran (a client's whole session, e.g. an
+    agent's several requests, is the difference of two readings)."""
+
     completed: int = 0
     cancelled: int = 0
     failed: int = 0
     busy: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    target_calls: int = 0
+    prompt_seconds: float = 0.0  # reading prompts (the part of each not already in the KV cache)
+    decode_seconds: float = 0.0  # the rest of each reply
+
+    def add(self, stats: Any) -> None:
+        """Count one reply's `Stats`."""
+        self.prompt_tokens += stats.prompt_tokens
+        self.completion_tokens += stats.counters.new_tokens
+        self.target_calls += stats.counters.target_calls
+        self.prompt_seconds += stats.timings.prefill_seconds
+        self.decode_seconds += max(stats.timings.total_seconds - stats.timings.prefill_seconds, 0.0)
+
+    def totals(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "target_calls": self.target_calls, "prompt_seconds": round(self.prompt_seconds, 3),
+                "decode_seconds": round(self.decode_seconds, 3)}
 
 
 class EngineWorker:
@@ -137,6 +159,8 @@ class EngineWorker:
             return
         finally:
             gen.close()
+            if gen.result is not None:
+                self.counters.add(gen.result.stats)
         if job.cancelled.is_set():
             self.counters.cancelled += 1
             log.info("request cancelled after %d tokens", len(gen.result.token_ids) if gen.result else 0)

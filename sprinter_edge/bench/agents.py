@@ -1,0 +1,403 @@
+"""The agents workload: aider, a real coding agent, edits whole files through a local server.
+
+Each task is a whole-file edit of `edits.FILES` (a standard-library module and an edit a user
+asks of it; `--split` picks the tuning or the report side). For every server row, `serve`
+running an engine method (`serve:auto`) or llama.cpp's llama-server in one of its modes
+(`llama-server-ngram-mod`), a fresh folder holds the file as the task shows it, and aider is run
+on it as a user would: the task's instruction, then a second turn on the same file (a follow-up
+that keeps the code: a comment line on top; aider sends its system prompt and the file again,
+so this is where a server reads a repeated prompt once or twice). aider runs from a virtual
+environment of its own (`find_aider`): it pins every one of its ~100 dependencies.
+
+Measured per turn: the user's wall time, command to edited file (aider's start-up included, the
+same for every row); the tokens the server read and wrote and its seconds for each, read from
+the server before and after the turn (`serve`'s /health totals, llama-server's /metrics); and
+whether the edit is done, by the task's own check on the file aider wrote (turn 2: the comment
+is there and the code is the code turn 1 left).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SprinterError
+from .edits.files import FILES, FileEditTask, check_reply
+from .llama_server import SERVER_CONFIGS, LlamaServer, free_port
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("whole", "diff")  # aider's edit formats: the file back whole, or search/replace blocks
+FOLLOW_UP = "Add the comment line `# Reviewed.` as the very first line of the file. Change nothing else."
+COMMENT = "# Reviewed."
+AIDER_TIMEOUT = 1800.0  # seconds one aider turn may take
+SERVER_CTX = 16384  # every server's context: an agent's request, its file and the file back
+# aider, offline and quiet: no update check, no analytics, no repository map, no git, no linting
+AIDER_FLAGS = ("--no-check-update", "--no-analytics", "--no-show-model-warnings", "--map-tokens", "0",
+               "--yes-always", "--no-git", "--no-auto-lint", "--no-auto-test", "--no-pretty",
+               "--no-fancy-input", "--no-show-release-notes", "--no-suggest-shell-commands",
+               "--no-detect-urls", "--timeout", str(int(AIDER_TIMEOUT)))
+AIDER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # litellm fetches a price list otherwise
+
+
+def find_aider() -> Path | None:
+    """aider's executable: $SPRINTER_EDGE_AIDER, the checkout's .venv-aider (tools/setup.sh
+    --dev makes it), or `aider` on the PATH."""
+    env = os.environ.get("SPRINTER_EDGE_AIDER")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parents[2] / ".venv-aider" / "bin" / "aider"
+    if checkout.is_file():
+        return checkout
+    found = shutil.which("aider")
+    return Path(found) if found else None
+
+
+@dataclass
+class Turn:
+    """One aider command: what the user waited and what the server did for it."""
+
+    task: str
+    edit: str
+    row: str
+    edit_format: str
+    turn: int  # 1: the task's edit; 2: the follow-up on the same file
+    wall_seconds: float
+    done: bool
+    why: str = ""  # why not done
+    exit_code: int = 0
+    requests: int = 0  # the server's replies during the turn (aider also summarises its chat)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+
+# ---------------------------------------------------------------------------- servers
+
+class Server:
+    """A server row: started once, its counters read around each turn."""
+
+    name: str
+    base: str  # http://127.0.0.1:PORT
+    model: str  # the model id aider sends
+
+    def totals(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class ServeRow(Server):
+    """`sprinter-edge serve --method METHOD` as a user starts it (its defaults otherwise)."""
+
+    def __init__(self, method: str, model_args: Sequence[str], threads: int | None, log_dir: Path,
+                 extra: Sequence[str] = ()):
+        self.name, self.model = f"serve:{method}", "sprinter"
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "sprinter_edge", "serve", "--method", method, *model_args,
+               "--model-name", self.model, "--port", str(port), "--log-level", "warning",
+               "--ctx", str(SERVER_CTX), *(["--threads", str(threads)] if threads else []), *extra]
+        self.log = log_dir / f"{self.name.replace(':', '-')}.log"
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        _wait_ready(self.base, self.proc, self.log)
+
+    def totals(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.base + "/health", timeout=30) as resp:
+            body = json.loads(resp.read())
+        return {**body["totals"], "requests": body["completed"] + body["cancelled"] + body["failed"]}
+
+    def close(self) -> None:
+        _stop(self.proc)
+
+
+class LlamaServerRow(Server):
+    """llama.cpp's own server in one configuration (`SERVER_CONFIGS`), one slot, /metrics on."""
+
+    def __init__(self, name: str, binary: Path, target: Path, draft: Path | None, threads: int | None):
+        self.name, self.model = name, "llama"
+        self.server = LlamaServer(name, binary, target, draft=draft, n_ctx=SERVER_CTX, n_threads=threads,
+                                  options=("--metrics", "--cache-ram", "1024")).start()
+        self.base = self.server.url
+
+    def totals(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.base + "/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        metrics = {}
+        for line in text.splitlines():
+            if line.startswith("llamacpp:"):
+                name, _, value = line.partition(" ")
+                metrics[name.removeprefix("llamacpp:")] = float(value)
+        return {"prompt_tokens": metrics.get("prompt_tokens_total", 0.0),
+                "completion_tokens": metrics.get("tokens_predicted_total", 0.0),
+                "prompt_seconds": metrics.get("prompt_seconds_total", 0.0),
+                "decode_seconds": metrics.get("tokens_predicted_seconds_total", 0.0),
+                "requests": 0.0}  # (its metrics count no requests)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_file: Path, timeout: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SprinterError(f"the server exited while starting: {log_file.read_text()[-2000:]}")
+        with contextlib.suppress(OSError, ValueError), \
+                urllib.request.urlopen(base + "/health", timeout=5) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.5)
+    _stop(proc)
+    raise SprinterError(f"the server did not come up in {timeout:.0f} s: {log_file.read_text()[-2000:]}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+# ---------------------------------------------------------------------------- aider
+
+def aider_command(aider: Path, server: Server, edit_format: str, file: Path, message: str,
+                  home: Path) -> list[str]:
+    """One aider turn: `message` about `file`, against `server`, then exit."""
+    return [str(aider), str(file), "--message", message, "--model", f"openai/{server.model}",
+            "--openai-api-base", server.base + "/v1", "--openai-api-key", "none",
+            "--edit-format", edit_format, "--chat-history-file", str(home / "chat.md"),
+            "--input-history-file", str(home / "input.txt"), *AIDER_FLAGS]
+
+
+def run_aider(aider: Path, server: Server, edit_format: str, file: Path, message: str,
+              home: Path) -> tuple[float, int, str]:
+    """(wall seconds, exit code, the tail of aider's output)."""
+    env = {**os.environ, **AIDER_ENV, "HOME": str(home)}  # aider keeps its own files under HOME
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(aider_command(aider, server, edit_format, file, message, home), cwd=file.parent,
+                              env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=AIDER_TIMEOUT)
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out = 124, f"aider timed out after {exc.timeout:.0f} s"
+    return time.perf_counter() - t0, code, out[-3000:]
+
+
+def module_file(task: FileEditTask) -> str:
+    return task.module.replace(".", "_") + ".py"
+
+
+def follow_up_done(before: str, after: str) -> tuple[bool, str]:
+    """Turn 2's check: the comment is the first line and the code is what it was."""
+    first = after.lstrip("\ufeff").splitlines()[:1]
+    if first != [COMMENT]:
+        return False, f"first line is {first[0][:60]!r}" if first else "the file is empty"
+    try:
+        same = ast.dump(ast.parse(after)) == ast.dump(ast.parse(before))
+    except SyntaxError as exc:
+        return False, f"does not parse: {exc.msg}"
+    return (True, "") if same else (False, "the code changed")
+
+
+def run_task(aider: Path, server: Server, task: FileEditTask, edit_format: str, work: Path) -> list[Turn]:
+    """Both turns of one task on one server, in a fresh folder under `work`."""
+    folder = Path(tempfile.mkdtemp(prefix=task.id.replace("/", "-") + "-", dir=work))
+    home = folder / ".home"
+    home.mkdir()
+    file = folder / module_file(task)
+    file.write_text(task.code)
+    turns = []
+    for n, message in ((1, task.instruction), (2, FOLLOW_UP)):
+        before_text = file.read_text()
+        before = server.totals()
+        wall, code, out = run_aider(aider, server, edit_format, file, message, home)
+        after = server.totals()
+        text = file.read_text()
+        if n == 1:
+            check = check_reply(task, f"```python\n{text}\n```")
+            done, why = check.passed, check.why
+        else:
+            done, why = follow_up_done(before_text, text)
+        if code != 0:
+            why = f"aider exited {code}: {out.strip().splitlines()[-1] if out.strip() else ''}; {why}"
+        used = {k: after[k] - before[k] for k in ("requests", "prompt_tokens", "completion_tokens",
+                                                  "prompt_seconds", "decode_seconds")}
+        turns.append(Turn(task.id, task.edit, server.name, edit_format, n, round(wall, 2), done, why, code,
+                          **{k: round(v, 3) if k.endswith("seconds") else int(v) for k, v in used.items()}))
+        log.info("%s %s %s turn %d: %.1f s, done=%s %s", server.name, task.id, edit_format, n, wall, done,
+                 why)
+    return turns
+
+
+# ---------------------------------------------------------------------------- the run
+
+@dataclass
+class AgentsConfig:
+    tasks: int = 2
+    split: str | None = "report"
+    edits: tuple[str, ...] = ()  # the edit kinds (empty: all)
+    formats: tuple[str, ...] = ("whole",)
+    rows: tuple[str, ...] = ("serve:auto", "llama-server", "llama-server-ngram-mod")
+    threads: int | None = None
+    command: str = ""
+
+
+@dataclass
+class AgentsOutcome:
+    config: AgentsConfig
+    turns: list[Turn] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": asdict(self.config), "machine": self.machine, "wall_seconds": self.wall_seconds,
+                "turns": [asdict(t) for t in self.turns], "summary": summary(self.turns)}
+
+
+def open_server(row: str, *, model_args: Sequence[str], target: Path, draft: Path | None,
+                threads: int | None, log_dir: Path) -> Server:
+    if row.startswith("serve:"):
+        method, _, extra = row.removeprefix("serve:").partition(" ")
+        return ServeRow(method, model_args, threads, log_dir, extra.split())
+    if row in SERVER_CONFIGS:
+        from ..backend.llama_tools import find_tool
+
+        binary = find_tool("llama-server")
+        if binary is None:
+            raise SprinterError("llama-server is not built: run tools/build_llama_server.sh "
+                                "(setup.sh --dev does)")
+        return LlamaServerRow(row, binary, target, draft, threads)
+    raise SprinterError(f"unknown agents row {row!r}: serve:METHOD or one of {', '.join(SERVER_CONFIGS)}")
+
+
+def run(config: AgentsConfig, *, model_args: Sequence[str], target: Path, draft: Path | None,
+        say: Callable[[str], object] = print) -> AgentsOutcome:
+    """Every task, format and turn on every row; rows one after another (one server at a time:
+    two on 2 cores stall each other)."""
+    from ..costs.table import cpu_name
+
+    aider = find_aider()
+    if aider is None:
+        raise SprinterError("aider is not installed: tools/setup.sh --dev makes .venv-aider "
+                            "(or set SPRINTER_EDGE_AIDER to its executable)")
+    tasks = FILES.select(config.tasks, config.edits or None, split=config.split)
+    outcome = AgentsOutcome(config, machine={"cpu": cpu_name(), "date": time.strftime("%Y-%m-%d"),
+                                             "aider": aider_version(aider)})
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sprinter-agents-") as tmp:
+        work = Path(tmp)
+        for row in config.rows:
+            say(f"agents: starting {row}")
+            server = open_server(row, model_args=model_args, target=target, draft=draft,
+                                 threads=config.threads, log_dir=work)
+            try:
+                for task in tasks:
+                    for edit_format in config.formats:
+                        for turn in run_task(aider, server, task, edit_format, work):
+                            outcome.turns.append(turn)
+                            say(f"agents: {row} {task.id} {edit_format} turn {turn.turn}: "
+                                f"{turn.wall_seconds:.1f} s, {turn.completion_tokens} tokens written, "
+                                f"{'done' if turn.done else 'NOT done: ' + turn.why}")
+            finally:
+                server.close()
+    outcome.wall_seconds = round(time.perf_counter() - t0, 1)
+    return outcome
+
+
+def aider_version(aider: Path) -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([str(aider), "--version"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **AIDER_ENV}).stdout
+        return out.strip().splitlines()[-1] if out.strip() else ""
+    return ""
+
+
+# ---------------------------------------------------------------------------- report
+
+def summary(turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """Per row and edit format: the user's wall time in sum (both turns), edits done, tokens
+    and seconds on the server, and the wall time against the fastest llama-server row's."""
+    groups: dict[tuple[str, str], list[Turn]] = {}
+    for t in turns:
+        groups.setdefault((t.row, t.edit_format), []).append(t)
+    rows = []
+    for (row, fmt), ts in groups.items():
+        decode = sum(t.decode_seconds for t in ts)
+        rows.append({"row": row, "format": fmt, "turns": len(ts),
+                     "wall_seconds": round(sum(t.wall_seconds for t in ts), 1),
+                     "turn1_done": sum(t.done for t in ts if t.turn == 1),
+                     "turn2_done": sum(t.done for t in ts if t.turn == 2),
+                     "tasks": len({t.task for t in ts}),
+                     "prompt_tokens": sum(t.prompt_tokens for t in ts),
+                     "prompt_seconds": round(sum(t.prompt_seconds for t in ts), 1),
+                     "completion_tokens": sum(t.completion_tokens for t in ts),
+                     "decode_seconds": round(decode, 1),
+                     "decode_tokens_per_second": round(sum(t.completion_tokens for t in ts) / decode, 2)
+                     if decode else 0.0})
+    for fmt in {r["format"] for r in rows}:
+        peers = [r["wall_seconds"] for r in rows if r["format"] == fmt and r["row"] in SERVER_CONFIGS]
+        best = min(peers, default=0.0)
+        for r in rows:
+            if r["format"] == fmt and best:
+                r["wall_vs_best_llama_server"] = round(r["wall_seconds"] / best, 3)
+    return rows
+
+
+def markdown(outcome: AgentsOutcome) -> str:
+    c, m = outcome.config, outcome.machine
+    lines = [f"# agents: aider {m.get('aider', '')} through each server",
+             "",
+             f"{m.get('date', '')}, {m.get('cpu', '')}; split {c.split or 'both'}, {c.tasks} tasks, "
+             f"formats {', '.join(c.formats)}; `{c.command}`",
+             "",
+             "| row | format | user's wall time, both turns (s) | vs best llama-server | edits done "
+             "| follow-ups "
+             "done | prompt tokens (s) | written tokens | decode tok/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in summary(outcome.turns):
+        lines.append(f"| {r['row']} | {r['format']} | {r['wall_seconds']:.1f} | "
+                     f"{r.get('wall_vs_best_llama_server', 0):.2f}x | {r['turn1_done']}/{r['tasks']} | "
+                     f"{r['turn2_done']}/{r['tasks']} | {r['prompt_tokens']} ({r['prompt_seconds']:.0f}) | "
+                     f"{r['completion_tokens']} | {r['decode_tokens_per_second']:.2f} |")
+    lines += ["", "| row | task | format | turn | wall (s) | done | prompt tokens | written | why not |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for t in outcome.turns:
+        lines.append(f"| {t.row} | {t.task} | {t.edit_format} | {t.turn} | {t.wall_seconds:.1f} | "
+                     f"{'yes' if t.done else 'no'} | {t.prompt_tokens} | {t.completion_tokens} | "
+                     f"{t.why[:80]} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(outcome: AgentsOutcome, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "agents.json", out / "agents.md"]
+    paths[0].write_text(json.dumps(outcome.to_dict(), indent=1))
+    paths[1].write_text(markdown(outcome))
+    return paths
+
+
+def turns_of(data: dict[str, Any]) -> Iterator[Turn]:
+    """The turns of an agents.json."""
+    for t in data.get("turns", []):
+        yield Turn(**t)
