@@ -56,7 +56,7 @@ def test_humaneval_code_has_no_network() -> None:
 
 
 # The cost model's prediction of `ar`'s speed on the fixture pair is within this factor of the
-# measured speed (docs/benchmarks.md quotes it). The fixture's calls take about a millisecond, so
+# measured speed (docs/journal.md quotes it). The fixture's calls take about a millisecond, so
 # timing noise sets the bound: 96-token replies measured 0.85-1.24x on a 2-core CPU (24-token
 # ones 0.69-1.20x). The default pair's bench runs, with calls of 60+ ms, were within 4%.
 COST_MODEL_TOLERANCE = 1.6

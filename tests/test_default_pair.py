@@ -111,7 +111,7 @@ def test_default_auto_is_ar_token_for_token_with_repacking_off(default_pair_path
     Repacking off does not make the CPU kernels batch-invariant in general: README.md
     ("Exactness") says it depends on the CPU and build, and `sprinter-edge doctor` measures it
     (backend/invariance.py, calls of 4, 16 and 32 tokens). On the Xeon (AMX, AVX-512) of
-    docs/benchmarks.md, with repacking off, 4-token calls were identical to one-token steps and
+    docs/journal.md, with repacking off, 4-token calls were identical to one-token steps and
     16-32-token calls differed by up to 0.54 in the logits. So this checks these five replies
     only, where no near-tie flipped; where it fails, doctor's invariance line says whether the
     kernels here are invariant."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time the default pair's decode calls at one context depth, both models loaded: a step and a
 batched read of each model. The figures behind "what a written draft token saves" in
-docs/benchmarks.md (a step and a row of each model, where the bench's cost table is shallow).
+docs/journal.md (a step and a row of each model, where the bench's cost table is shallow).
 
     .venv/bin/python tools/pair_call_costs.py [--depth 1800] [--repeats 10] [--flash-attn auto|on|off]
 """

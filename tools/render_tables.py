@@ -46,7 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
-PAGES = ("README.md", "docs/benchmarks.md")
+PAGES = ("README.md", "docs/results.md", "docs/journal.md")
 # inputs renamed since a run recorded its command: the caption names the file as it is now
 RENAMED = {"results/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl",
            "docs/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl"}
@@ -159,7 +159,7 @@ class Bounds:
 
 
 TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
-    # README.md and docs/benchmarks.md: the current tables
+    # docs/results.md: the current tables
     "fresh-prompts": Table("bench-results-fresh-s7-long-calls.json"),
     "function-edits": Table("bench-results-edits-long-calls.json"),
     "file-edits": Table("bench-results-file-edits-long-calls.json",
@@ -178,14 +178,14 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
     "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
     "first-use-fresh": Table("bench-results-first-use-edits.json", workload="chat"),
-    # README: the same tasks on both machines (the Xeon's run not from an empty cost cache)
+    # docs/results.md: the same tasks on both machines (the Xeon's run not from an empty cost cache)
     "function-edits-machines": Table(FIRST_USE, workload="edit", labels=FIRST_USE_LABELS,
                                      columns=("source", *README_COLUMNS)),
     "fresh-machines": Table(FIRST_USE, workload="chat", labels=FIRST_USE_LABELS,
                             columns=("source", *README_COLUMNS)),
     "first-use-before-edits": Table("bench-results-first-use-before.json", workload="edit"),
     "first-use-before-fresh": Table("bench-results-first-use-before.json", workload="chat"),
-    # docs/benchmarks.md: fresh prompts
+    # docs/journal.md: fresh prompts
     "fresh-s7": Table(
         "bench-results-fresh-s7.json",
         columns=("method", "vs ar@id:fresh-code/", "vs ar@id:fresh-chat/", "vs ar", "plans"),
