@@ -251,6 +251,11 @@ class Engine:
             store_costs(model, table)
 
     @property
+    def target_decoded_tokens(self) -> int:
+        """Tokens the target has decoded since it loaded, prompts read included (0: not loaded)."""
+        return self._target.decoded_tokens if self._target is not None else 0
+
+    @property
     def text_model(self) -> LlamaModel:
         """The model whose tokenizer and chat template are used (they are shared)."""
         if self._target is not None or get_strategy(self.settings.method).needs_target:

@@ -80,7 +80,7 @@ class Turn:
     why: str = ""  # why not done
     exit_code: int = 0
     requests: int = 0  # the server's replies during the turn (aider also summarises its chat)
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # prompt tokens the server read (not found in its caches)
     completion_tokens: int = 0
     prompt_seconds: float = 0.0
     decode_seconds: float = 0.0
@@ -111,7 +111,7 @@ class ServeRow(Server):
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "sprinter_edge", "serve", "--method", method, *model_args,
-               "--model-name", self.model, "--port", str(port), "--log-level", "warning",
+               "--model-name", self.model, "--port", str(port), "--log-level", "info",
                "--ctx", str(SERVER_CTX), *(["--threads", str(threads)] if threads else []), *extra]
         self.log = log_dir / f"{self.name.replace(':', '-')}.log"
         with open(self.log, "w") as out:
@@ -121,7 +121,9 @@ class ServeRow(Server):
     def totals(self) -> dict[str, float]:
         with urllib.request.urlopen(self.base + "/health", timeout=30) as resp:
             body = json.loads(resp.read())
-        return {**body["totals"], "requests": body["completed"] + body["cancelled"] + body["failed"]}
+        totals = body["totals"]
+        return {**totals, "prompt_tokens": totals["prompt_tokens_read"],
+                "requests": body["completed"] + body["cancelled"] + body["failed"]}
 
     def close(self) -> None:
         _stop(self.proc)
@@ -292,9 +294,9 @@ def open_server(row: str, *, model_args: Sequence[str], target: Path, draft: Pat
 
 
 def run(config: AgentsConfig, *, model_args: Sequence[str], target: Path, draft: Path | None,
-        say: Callable[[str], object] = print) -> AgentsOutcome:
+        say: Callable[[str], object] = print, logs: Path | None = None) -> AgentsOutcome:
     """Every task, format and turn on every row; rows one after another (one server at a time:
-    two on 2 cores stall each other)."""
+    two on 2 cores stall each other). `logs`: where `serve`'s logs go (a line per reply)."""
     from ..costs.table import cpu_name
 
     aider = find_aider()
@@ -310,7 +312,7 @@ def run(config: AgentsConfig, *, model_args: Sequence[str], target: Path, draft:
         for row in config.rows:
             say(f"agents: starting {row}")
             server = open_server(row, model_args=model_args, target=target, draft=draft,
-                                 threads=config.threads, log_dir=work)
+                                 threads=config.threads, log_dir=logs or work)
             try:
                 for task in tasks:
                     for edit_format in config.formats:
@@ -373,14 +375,14 @@ def markdown(outcome: AgentsOutcome) -> str:
              "",
              "| row | format | user's wall time, both turns (s) | vs best llama-server | edits done "
              "| follow-ups "
-             "done | prompt tokens (s) | written tokens | decode tok/s |",
+             "done | prompt tokens read (s) | written tokens | decode tok/s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in summary(outcome.turns):
         lines.append(f"| {r['row']} | {r['format']} | {r['wall_seconds']:.1f} | "
                      f"{r.get('wall_vs_best_llama_server', 0):.2f}x | {r['turn1_done']}/{r['tasks']} | "
                      f"{r['turn2_done']}/{r['tasks']} | {r['prompt_tokens']} ({r['prompt_seconds']:.0f}) | "
                      f"{r['completion_tokens']} | {r['decode_tokens_per_second']:.2f} |")
-    lines += ["", "| row | task | format | turn | wall (s) | done | prompt tokens | written | why not |",
+    lines += ["", "| row | task | format | turn | wall (s) | done | prompt tokens read | written | why not |",
               "|---|---|---|---|---|---|---|---|---|"]
     for t in outcome.turns:
         lines.append(f"| {t.row} | {t.task} | {t.edit_format} | {t.turn} | {t.wall_seconds:.1f} | "

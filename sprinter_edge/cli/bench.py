@@ -234,8 +234,9 @@ def run_agents(args: argparse.Namespace) -> int:
     model_args = (["--target", str(engine.target_path)] + (["--draft", str(engine.draft_path)]
                                                            if engine.draft_path else [])
                   if args.target else ["--pair", args.pair])
+    args.out.mkdir(parents=True, exist_ok=True)
     outcome = agents.run(config, model_args=model_args, target=engine.target_path, draft=engine.draft_path,
-                         say=lambda line: print(line, file=sys.stderr, flush=True))
+                         say=lambda line: print(line, file=sys.stderr, flush=True), logs=args.out)
     paths = agents.write(outcome, args.out)
     print(agents.markdown(outcome))
     print(f"wrote {', '.join(map(str, paths))} ({outcome.wall_seconds:.0f} s)")

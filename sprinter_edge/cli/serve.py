@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from .common import (
@@ -43,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     require("`sprinter-edge serve`", "fastapi", "uvicorn")  # before any model loads
     from ..serving.server import serve
+
+    # the server's own lines (a line per reply at info) follow --log-level, as uvicorn's do
+    logging.getLogger("sprinter_edge.serving").setLevel(args.log_level.upper())
 
     engine = engine_from(args)
     model_id = args.model_name or (engine.pair.name if engine.pair and not args.target

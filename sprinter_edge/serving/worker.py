@@ -58,21 +58,24 @@ class WorkerCounters:
     failed: int = 0
     busy: bool = False
     prompt_tokens: int = 0
+    prompt_tokens_read: int = 0  # of those, not found in the KV cache or a kept state: read anew
     completion_tokens: int = 0
     target_calls: int = 0
     prompt_seconds: float = 0.0  # reading prompts (the part of each not already in the KV cache)
     decode_seconds: float = 0.0  # the rest of each reply
 
-    def add(self, stats: Any) -> None:
-        """Count one reply's `Stats`."""
+    def add(self, stats: Any, read: int) -> None:
+        """Count one reply's `Stats`; `read`: the prompt tokens it read."""
         self.prompt_tokens += stats.prompt_tokens
+        self.prompt_tokens_read += read
         self.completion_tokens += stats.counters.new_tokens
         self.target_calls += stats.counters.target_calls
         self.prompt_seconds += stats.timings.prefill_seconds
         self.decode_seconds += max(stats.timings.total_seconds - stats.timings.prefill_seconds, 0.0)
 
     def totals(self) -> dict[str, Any]:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+        return {"prompt_tokens": self.prompt_tokens, "prompt_tokens_read": self.prompt_tokens_read,
+                "completion_tokens": self.completion_tokens,
                 "target_calls": self.target_calls, "prompt_seconds": round(self.prompt_seconds, 3),
                 "decode_seconds": round(self.decode_seconds, 3)}
 
@@ -136,6 +139,7 @@ class EngineWorker:
             self.counters.failed += 1
             job.emit("error", self.load_error)
             return
+        decoded = self.engine.target_decoded_tokens
         try:
             prompt = job.prompt(self.engine) if callable(job.prompt) else job.prompt
             gen = self.engine.stream(prompt, **job.kwargs)
@@ -160,7 +164,10 @@ class EngineWorker:
         finally:
             gen.close()
             if gen.result is not None:
-                self.counters.add(gen.result.stats)
+                stats = gen.result.stats
+                read = max(self.engine.target_decoded_tokens - decoded - stats.counters.target_tokens, 0)
+                self.counters.add(stats, read)
+                log.info("reply: %s", summary_line(stats, read))
         if job.cancelled.is_set():
             self.counters.cancelled += 1
             log.info("request cancelled after %d tokens", len(gen.result.token_ids) if gen.result else 0)
@@ -180,3 +187,15 @@ class EngineWorker:
         for token in tokens:
             if token not in job.pieces:
                 job.pieces[token] = model.token_bytes(token)
+
+
+def summary_line(stats: Any, read: int) -> str:
+    """One reply in one line of the server's log: what ran, how fast, what the copy and the
+    draft saved."""
+    c, t = stats.counters, stats.timings
+    plans = " > ".join(stats.trace.plans_run) or stats.method
+    return (f"{stats.kind} request, {stats.prompt_tokens} prompt tokens ({read} read in "
+            f"{t.prefill_seconds:.1f} s); "
+            f"{c.new_tokens} tokens in {t.decode_seconds:.1f} s ({stats.tokens_per_second:.1f} tok/s), "
+            f"{c.target_calls} target calls; {stats.method}: {plans}; copied {c.copied_accepted} of "
+            f"{c.copied_tokens} proposed, drafted {c.accepted} of {c.draft_tokens}; {stats.finish_reason}")
