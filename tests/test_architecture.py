@@ -22,9 +22,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sprinter_edge"
 LAYERS = [
     {"errors", "numerics", "resources"},
     {"backend", "verifiers", "costs", "grammar"},
-    {"decoding", "catalog", "prompting"},
+    {"decoding", "catalog", "prompting", "model_pair"},
     {"planning"},
-    {"methods", "api", "training"},
+    {"methods", "api", "reply", "verification", "training"},
     {"serving", "bench", "cli", "__main__"},
 ]
 

@@ -155,7 +155,7 @@ def test_first_use_measures_quickly_and_replies_refine_it(
         assert set(QUICK_FULL_SIZES) <= set(table.full)
         assert not table.deep and not table.depths_measured
         # the draft was never loaded: priced from the target, not measured
-        assert engine._draft is None and planner.draft is not None
+        assert engine.models.loaded("draft") is None and planner.draft is not None
         stored = cost_file(engine.target)
         first = stored.read_text()
         prompt = "Repeat this list exactly: " + ", ".join(f"item {i}" for i in range(60))
@@ -183,7 +183,7 @@ def test_a_stored_table_timed_under_load_is_corrected_by_the_replies(
         assert engine.planner().target.cost(1) == pytest.approx(3 * quiet, rel=0.01)  # read back as stored
         engine.generate("Write a short poem about rivers.", SamplingParams(max_tokens=32))
         corrected = engine.planner().target.cost(1)
-        assert corrected < DISAGREE * quiet  # not 3x: the reply's calls rescaled it
+        assert corrected < 2 * quiet  # not 3x: the reply's calls rescaled it (2x: room for noise)
         assert read_costs(cost_file(engine.target)).cost(1) == pytest.approx(corrected, rel=0.01)
     finally:
         engine.close()

@@ -30,7 +30,7 @@ def pair(default_pair_paths: tuple[Path, Path]) -> tuple[Path, Path]:
     # an explicit load loads both and records the draft's cost table for load-free pricing
     with Engine(target, draft, hardware=HARDWARE) as engine:
         engine.load()
-        assert engine._draft is not None
+        assert engine.models.loaded("draft") is not None
     yield draft, target
     mp.undo()
 
@@ -43,7 +43,7 @@ def test_auto_on_an_edit_that_runs_lookup_never_loads_the_draft(pair: tuple[Path
         # call of 2-8 rows costs about as many steps (a 2-core Zen 4 proposed nothing in 15)
         result = engine.generate(EDIT, SamplingParams(max_tokens=48))
         assert result.stats.trace.plans_run == ["lookup"]
-        assert engine._draft is None
+        assert engine.models.loaded("draft") is None
         assert engine.planner().draft is not None  # draft plans were priced all the same
         assert result.stats.counters.copied_accepted > 0
 
@@ -54,12 +54,12 @@ def test_a_plan_that_drafts_loads_the_draft_and_stays_exact(pair: tuple[Path, Pa
     with Engine(target, draft, hardware=HARDWARE) as engine:
         params = SamplingParams(max_tokens=48)
         ar = engine.generate(prompt, params, method="ar")
-        assert engine._draft is None
+        assert engine.models.loaded("draft") is None
         # ar first, then sd from the first look on: the draft loads mid-reply
         script = [Plan("ar", 100.0), Speculative().plan(1.0, draft_len=3)]
         engine.set_planner(Scripted(engine.planner(), script))
         auto = engine.generate(prompt, params)
-        assert engine._draft is not None
+        assert engine.models.loaded("draft") is not None
         assert auto.stats.trace.plans_run[:2] == ["ar", "sd(k=3)"], auto.stats.trace.plans_run
         assert auto.stats.counters.draft_calls > 0
         assert auto.token_ids == ar.token_ids

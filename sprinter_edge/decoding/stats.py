@@ -148,6 +148,15 @@ class CallLog:
                 entry[0] += 1
                 entry[1] += ms
 
+    def by_role(self) -> dict[str, list[tuple[int, int, float, float, int]]]:
+        """The timed calls per role as (tokens, rows, depth at the middle of its step, ms each,
+        count): what `CostTable.learn_calls` takes."""
+        calls: dict[str, list[tuple[int, int, float, float, int]]] = {}
+        for (role, (n, rows, step)), (count, total_ms) in self.timed.items():
+            depth = (step + 0.5) * DEPTH_STEP
+            calls.setdefault(role, []).append((n, rows, depth, total_ms / count, int(count)))
+        return calls
+
     def merge(self, other: CallLog) -> None:
         self.target.update(other.target)
         self.draft.update(other.draft)

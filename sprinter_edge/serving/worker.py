@@ -139,7 +139,7 @@ class EngineWorker:
             self.counters.failed += 1
             job.emit("error", self.load_error)
             return
-        decoded = self.engine.target_decoded_tokens
+        decoded = self.engine.models.decoded_tokens()
         try:
             prompt = job.prompt(self.engine) if callable(job.prompt) else job.prompt
             gen = self.engine.stream(prompt, **job.kwargs)
@@ -165,7 +165,7 @@ class EngineWorker:
             gen.close()
             if gen.result is not None:
                 stats = gen.result.stats
-                read = max(self.engine.target_decoded_tokens - decoded - stats.counters.target_tokens, 0)
+                read = max(self.engine.models.decoded_tokens() - decoded - stats.counters.target_tokens, 0)
                 self.counters.add(stats, read)
                 log.info("reply: %s", summary_line(stats, read))
         if job.cancelled.is_set():
@@ -194,8 +194,12 @@ def summary_line(stats: Any, read: int) -> str:
     draft saved."""
     c, t = stats.counters, stats.timings
     plans = " > ".join(stats.trace.plans_run) or stats.method
+    drafted = c.accepted - c.copied_accepted - c.grammar_accepted
     return (f"{stats.kind} request, {stats.prompt_tokens} prompt tokens ({read} read in "
             f"{t.prefill_seconds:.1f} s); "
             f"{c.new_tokens} tokens in {t.decode_seconds:.1f} s ({stats.tokens_per_second:.1f} tok/s), "
-            f"{c.target_calls} target calls; {stats.method}: {plans}; copied {c.copied_accepted} of "
-            f"{c.copied_tokens} proposed, drafted {c.accepted} of {c.draft_tokens}; {stats.finish_reason}")
+            f"{c.target_calls} target calls; {stats.method}: {plans}; copied tokens {c.copied_accepted} "
+            f"accepted of {c.copied_tokens} proposed"
+            + (f", draft tokens {drafted} accepted of {c.draft_tokens}"
+               if c.draft_tokens else "")
+            + f"; {stats.finish_reason}")
