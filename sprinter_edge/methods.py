@@ -26,6 +26,11 @@ def methods() -> tuple[str, ...]:
     return (Auto.name, *STRATEGIES)
 
 
+def described() -> str:
+    """Every method with its summary, for help texts: "auto: ...; ar: ...; ..." """
+    return "; ".join(f"{m}: {get_strategy(m).about}" for m in methods())
+
+
 def exact_methods() -> tuple[str, ...]:
     """The methods whose output is the target's."""
     return tuple(m for m in methods() if get_strategy(m).exact)

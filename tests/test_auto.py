@@ -183,6 +183,26 @@ def test_a_reply_that_copies_little_soon_leaves_the_copy_plan() -> None:
     assert planner.best("edit")[0].method == "lookup"
 
 
+def test_an_edit_reply_keeps_its_copy_plan_past_a_slow_start() -> None:
+    """aider, whole files (tuning split: encodings.punycode; development report: fnmatch): the
+    reply's first 48 tokens (the file's name, the fence, a changed first line) copied 15 of 23
+    proposed tokens, `auto` left lookup for ar and wrote the rest, 1,400 tokens of the file
+    unchanged, one target call a token (2x the time). On an edit lookup proposes only what its
+    evidence says pays, so it runs at ar's speed at worst: mid-reply it is kept. On chat it is
+    left as before."""
+    planner = Planner.of(table(30, 1.0), None)
+    lookup = next(p for p in planner.plans("edit") if p.method == "lookup")
+    planner.start_reply()
+    planner.observe_time(lookup, 48, 48 * 1.3 * 30 / 1e3, "edit")
+    planner.observe_time(lookup, 48, 48 * 1.3 * 30 / 1e3, "chat")
+    assert planner.best("edit")[0].method == "ar" and planner.best("chat")[0].method == "ar"
+    for kind, kept in (("edit", True), ("chat", False)):
+        ctx = SimpleNamespace(kind=kind, approximate_ok=False, remaining=1400,
+                              draft_behind=lambda seq: 0)
+        switch = Auto._should_switch(ctx, planner, lookup, [0] * 2000)
+        assert (switch is None) is kept, (kind, switch)
+
+
 def test_one_slow_reply_does_not_rule_the_copy_out_for_its_kind() -> None:
     """Report split, whole files: a reformat measured lookup at 1.1x ar's time over 1,400
     tokens, and `auto` then ran the next five edits (renames and f-strings among them, where

@@ -22,7 +22,7 @@ from ..backend import llama_tools, native
 from ..costs.table import cpu_name, machine_costs
 from ..decoding import STRATEGIES
 from ..errors import SprinterError
-from ..methods import BASELINE_METHOD
+from ..methods import BASELINE_METHOD, methods
 from ..verifiers.base import Verifier
 from ..verifiers.loading import resolve_verifier
 from . import costmodel, edits, peers, plot, prompts, report, runner, structured, summary
@@ -30,7 +30,8 @@ from .llama_server import SERVER_METHODS, server_base
 
 DEFAULTS = dict(humaneval=12, chat=4, explain=2, long=3, max_tokens=128)
 QUICK = dict(humaneval=1, chat=1, explain=0, long=0, max_tokens=16, sizes=(1, 2, 4, 8, 16, 32), repeats=1)
-DEFAULT_METHODS = ("ar", "auto", "sd", "lookup", "staged", "sprinter", "oracle", "draft", "llama-cpp",
+# every registered method (ar, the reference, first), the bench's own oracle row, then the peers
+DEFAULT_METHODS = (BASELINE_METHOD, *(m for m in methods() if m != BASELINE_METHOD), "oracle", "llama-cpp",
                    "llama-cpp-draft", "llama-cpp-lookup", *SERVER_METHODS)
 SERVER_MISSING_NOTE = f"llama-server: not built: {llama_tools.BUILD_HINT}"
 

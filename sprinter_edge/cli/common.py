@@ -13,7 +13,7 @@ from ..backend.llama import AUTO_CTX, AUTO_CTX_MEMORY, FLASH_ATTN
 from ..decoding import SamplingParams, all_settings
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
-from ..methods import methods
+from ..methods import described, methods
 from ..verifiers.calibration import PRESETS
 
 
@@ -53,14 +53,7 @@ def add_decoding_args(p: argparse.ArgumentParser, *, method_default: str = DEFAU
                       max_tokens_default: int | None = SamplingParams.max_tokens) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("--method", choices=methods(), default=method_default,
-                   help="auto: the fastest EXACT plan on this machine (ar, sd, lookup, staged), "
-                        "chosen from measured decode costs and what each plan measured on this kind "
-                        "of request, re-checked as it runs; it may also run sprinter only when you "
-                        "give --threshold, --preset or --max-fp-rate. ar: target only; sd: the draft "
-                        "proposes k tokens (exact); lookup: spans of the prompt and reply proposed "
-                        "for free, one model (exact); staged: such spans checked by the draft first "
-                        "(exact); sprinter: approximate verification by the verifier; draft: draft "
-                        "only. Default: %(default)s")
+                   help=f"{described()}. Default: %(default)s")
     g.add_argument("--max-tokens", type=int, default=max_tokens_default, metavar="N",
                    help="new tokens at most (default: %(default)s)" if max_tokens_default else
                    "new tokens at most for a request that names none (default: no cap, as OpenAI "

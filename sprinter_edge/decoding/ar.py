@@ -11,6 +11,7 @@ from .strategy import Plan, PriceInputs, RoundPrice
 
 class Autoregressive(LoopStrategy):
     name = "ar"
+    about = "the target alone, one token per call (exact)"
     judged_by_runs = True
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:

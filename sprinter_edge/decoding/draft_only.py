@@ -12,6 +12,7 @@ from .strategy import Strategy
 
 class DraftOnly(Strategy):
     name = "draft"
+    about = "the draft alone (approximate)"
     needs_draft = True
     uses_draft = True
     needs_target = False

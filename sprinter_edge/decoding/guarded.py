@@ -13,6 +13,7 @@ from .strategy import Plan, PriceInputs
 
 class Guarded(Sprinter):
     name = "guarded"
+    about = "sprinter, with the tokens the draft copies always checked by the target (approximate)"
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:
         return []  # not a plan `auto` runs: asked for by name

@@ -26,8 +26,12 @@ DRAFT_READ = 24
 
 class Lookup(LoopStrategy):
     name = "lookup"
+    about = "spans of the prompt and the reply proposed for free, one model (exact)"
     needs_costs = True
     judged_by_runs = True
+    # a copy it is unsure of is not proposed: on an edit, a slow start (a preamble, the file's
+    # name and fence) is no reason to stop copying for the rest of the reply
+    kept_over_ar = frozenset({"edit"})
     stage = False  # staged.py: the draft checks each span first
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:

@@ -26,6 +26,7 @@ ACCEPT_PRIOR = 0.75
 
 class Speculative(LoopStrategy):
     name = "sd"
+    about = "the draft proposes k tokens, the target verifies them (exact)"
     needs_draft = True
     uses_draft = True
     settings = (Setting("draft_len", 4, "sd: draft tokens per round", minimum=1, short="k"),)

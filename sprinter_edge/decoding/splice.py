@@ -27,8 +27,10 @@ WRITES = "writes"  # its per-kind evidence (Evidence.of_kind): what written toke
 
 class Splice(Lookup):
     name = "splice"
+    about = "copies, and the draft writing where a copy departs (exact)"
     needs_draft = True
     uses_draft = True
+    kept_over_ar = frozenset()  # the draft reads every token: not free where nothing is copied
     settings = (Setting("write_len", 8, "splice: most tokens the draft writes where the reply departs "
                         "from its source", minimum=1, short="w"),)
     counters = ("writes", "resumed")  # proposals the draft wrote into; of those, followed by a copy

@@ -49,6 +49,7 @@ PRIORS = {FLAG_RATE: 0.2, FLAGGED_ACCEPT: 0.5}
 
 class Sprinter(LoopStrategy):
     name = "sprinter"
+    about = "the draft's tokens pass unchecked where the verifier trusts them (approximate)"
     needs_draft = True
     uses_draft = True
     needs_verifier = True

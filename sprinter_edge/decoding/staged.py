@@ -14,8 +14,10 @@ PRIOR = {"edit": 1.6, "code": 1.0, "chat": 1.0}
 
 class Staged(Lookup):
     name = "staged"
+    about = "such spans checked by the draft first (exact)"
     needs_draft = True
     uses_draft = True
+    kept_over_ar = frozenset()  # the draft reads every token: not free where nothing is copied
     stage = True
 
     def prior_speedup(self, kind: str) -> float:

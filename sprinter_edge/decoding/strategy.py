@@ -83,6 +83,7 @@ class Strategy(ABC):
     """One decoding method, and what it needs to run."""
 
     name: str = ""
+    about: str = ""  # what it does, in one line (--method's help)
     needs_draft: bool = False  # cannot run without a draft model
     uses_draft: bool = False  # runs the draft when the engine has one
     needs_target: bool = True
@@ -90,6 +91,10 @@ class Strategy(ABC):
     needs_costs: bool = False  # prices its proposals with this machine's measured costs
     exact: bool = True  # output distributed as the target's (greedy: identical to ar)
     judged_by_runs: bool = False  # `auto` judges it by what it measured running it (and probes it)
+    # kinds of request on which `auto` does not leave it for ar mid-reply: a plan whose rounds are
+    # plain steps wherever its proposals do not pay runs at ar's speed at worst, and on ar it
+    # would stop learning where the reply starts to pay (an edit's copy often starts late)
+    kept_over_ar: frozenset[str] = frozenset()
     settings: tuple[Setting, ...] = ()  # its own knobs (settings.py)
     counters: tuple[str, ...] = ()  # the counters its rounds bump (Counters.extra), in --stats
 

@@ -24,7 +24,7 @@ from ..backend.llama import LlamaModel
 from ..decoding import DecodeContext, Plan, Stats, Step, Strategy
 from ..decoding.loop import LoopStrategy, run_loop
 from ..decoding.proposers.base import Proposer
-from .planner import Planner, strategy_of
+from .planner import BASELINE, Planner, strategy_of
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ SWITCH_GAIN = 0.05  # a switch must be predicted >= 5% faster for the rest of th
 
 class Auto(Strategy):
     name = "auto"
+    about = ("the fastest exact plan on this machine, chosen from measured costs and re-checked as it "
+             "runs; sprinter only given an operating point")
     uses_draft = True  # when the engine has one; without it `auto` chooses ar or lookup
     needs_verifier = True  # only when the caller allows an approximate plan
     needs_costs = True
@@ -122,6 +124,9 @@ class Auto(Strategy):
         best, why = planner.best(ctx.kind, ctx.approximate_ok, len(seq))
         if best.label == plan.label:
             log.debug("%d tokens: keep %s (%s)", len(seq), plan.label, why)
+            return None
+        if best.method == BASELINE.name and ctx.kind in strategy_of(plan).kept_over_ar:
+            log.debug("%d tokens: keep %s over ar on %s requests (%s)", len(seq), plan.label, ctx.kind, why)
             return None
         current_ms = planner.ms_of(plan, ctx.kind, len(seq))
         # a draft not loaded yet reads the whole sequence (its load time is not priced)
