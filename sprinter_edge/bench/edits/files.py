@@ -121,7 +121,7 @@ class FileEditTask:
     def prompt(self) -> str:
         """What the user types: the instruction, the file in a fenced block, and the instruction
         again (after 1-2k tokens of code the 1.5B target forgot an instruction given only
-        before it: 1 of 8 files edited with `ar`, 2 of 8 with it repeated, 2026-12-02)."""
+        before it: docs/journal.md, "Eight standard-library modules, with Predicted Outputs")."""
         return (f"{self.instruction}\n\n```python\n{self.code}```\n\n"
                 f"{self.instruction} {RETURN_FILE}")
 
