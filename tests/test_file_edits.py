@@ -278,7 +278,7 @@ def test_the_split_is_by_module_disjoint_and_stable(tasks: list[edits_files.File
     """Modules alternate by their place in MODULES: the sides share no file, cover every task,
     rebuild the same, and each edit has 3 tasks at least on the report side (the two rarest,
     3 and 2 tasks in all: all but one), one at least on the tuning side."""
-    sides = {split: FILES.all(split=split) for split in task_sets.SPLITS}
+    sides = {split: FILES.all(split=split) for split in ("tuning", "report")}
     modules = {split: {t.module for t in ts} for split, ts in sides.items()}
     assert modules["tuning"].isdisjoint(modules["report"])
     assert sorted(t.id for ts in sides.values() for t in ts) == sorted(t.id for t in tasks)
@@ -292,6 +292,17 @@ def test_the_split_is_by_module_disjoint_and_stable(tasks: list[edits_files.File
     edits_files.build_task.cache_clear()
     assert FILES.select(6, split="report") == first
     assert FILES.find(first[0].id) == first[0] and FILES.find("file_edit/nothing/bisect") is None
+
+
+def test_the_sealed_set_runs_only_when_named() -> None:
+    """The sealed modules are none of the others, on a side of their own, and out of every
+    selection that does not name it (a bench run without --split, a replay of "all")."""
+    sealed = edits_files.SEALED_MODULES
+    assert len(sealed) >= 12 and set(sealed).isdisjoint(edits_files.MODULES)
+    assert {edits_files.split_of(m) for m in sealed} == {task_sets.SEALED}
+    assert set(FILES.source_names("sealed")) == set(sealed)
+    assert set(FILES.source_names(None)).isdisjoint(sealed)
+    assert "sealed" in task_sets.SPLITS
 
 
 def test_docstring_and_layout_checks(tasks: list[edits_files.FileEditTask]) -> None:

@@ -60,6 +60,7 @@ from sprinter_edge import Engine, Hardware
 from sprinter_edge.backend.llama import DecodeOutput, common_prefix
 from sprinter_edge.bench.costmodel import CostModel
 from sprinter_edge.bench.edits import FILES, FUNCTIONS, SPLITS, TaskSet
+from sprinter_edge.bench.edits.tasks import SEALED
 from sprinter_edge.costs import Costs, CostTable, Evidence
 from sprinter_edge.costs.table import cost_file, machine_costs, read_costs
 from sprinter_edge.decoding import DecodeContext, Stats
@@ -127,12 +128,15 @@ def task_set_of(task_id: str) -> TaskSet | None:
 
 
 def in_split(tasks: TaskSet, task_id: str, split: str | None) -> bool:
-    """Whether the task lies on `split`'s side (None: both): its source is among the split's
-    sources, matched as `TaskSet.find` matches a task id's source."""
-    if split is None:
-        return True
+    """Whether the task lies on `split`'s side (None: tuning and report, never the sealed set,
+    which is not replayed): its source is among the split's sources, matched as `TaskSet.find`
+    matches a task id's source."""
     name = task_id.split("/", 2)[-1]
-    return any(name in (s, s.split("/")[-1]) for s in tasks.source_names(split))
+
+    def on(side: str) -> bool:
+        return any(name in (s, s.split("/")[-1]) for s in tasks.source_names(side))
+
+    return not on(SEALED) if split is None else on(split)
 
 
 def recorded_replies(data: dict, split: str | None) -> list[tuple[str, str]]:
@@ -609,7 +613,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("bench_json", type=Path, help="bench.json of a run with edit tasks and an ar row")
     common.add_argument("--pair", default="default", help="the pair the bench ran (its target tokenizes)")
     common.add_argument("--threads", type=int, default=2, help="CPU threads of the tokenizing engine")
-    common.add_argument("--split", default="tuning", choices=(*SPLITS, "all"),
+    common.add_argument("--split", default="tuning", choices=(*(s for s in SPLITS if s != SEALED), "all"),
                         help="replay only the edit tasks on this side of the split (all: both)")
     common.add_argument("--costs", type=Path, default=None,
                         help="a cost-cache file, or a bench.json whose recorded costs price the calls "

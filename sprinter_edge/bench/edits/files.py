@@ -56,7 +56,7 @@ from .ast_tools import (
 )
 from .file_sources import HINT_TOKENS, MIN_TOKENS, FileSource, estimate_tokens, file_source
 from .sandbox import PROBE_TIMEOUT, run_check
-from .tasks import EditCheck, TaskSet, rename_old_keys
+from .tasks import SEALED, EditCheck, TaskSet, rename_old_keys
 from .transforms import (
     Renamer,
     ToFString,
@@ -81,6 +81,14 @@ MODULES = ("colorsys", "bisect", "fnmatch", "html", "heapq", "string", "calendar
            "posixpath", "operator", "stat", "genericpath", "glob", "quopri", "nturl2path", "unittest.util",
            "urllib.parse", "email.quoprimime", "email.base64mime", "email._encoded_words",
            "encodings.punycode")
+# The sealed set (CONTRIBUTING's split rule): modules no task, replay, trace or prompt here had
+# used when this list was fixed, before its first run. Run only to report, on finished code
+# (`--split sealed`); never traced, replayed or tuned on. No run without --split includes it.
+# Chosen 2026-12-07 from modules that build tasks here, leaving out those whose functions read
+# the clock, files or the locale; 14 modules, every edit kind among them.
+SEALED_MODULES = ("email._parseaddr", "getopt", "sndhdr", "xml.etree.ElementPath", "zoneinfo._tzpath",
+                  "encodings.idna", "copyreg", "email.charset", "email.utils", "xdrlib", "wsgiref.util",
+                  "tabnanny", "mailcap", "opcode")
 RETURN_FILE = "Return the whole file in one python code block."
 MAX_MUTATIONS = 16  # planted bugs tried per file before the file is left out of fix_bug
 MIN_RENAME_USES = 10  # a renamed parameter is used this often across the file
@@ -484,10 +492,14 @@ def check_reply(task: FileEditTask | dict, reply: str, timeout: float = 10.0) ->
 
 
 def split_of(module: str) -> str:
-    """A module's side: "report" at an even position in MODULES, else "tuning"."""
+    """A module's side: "sealed" in SEALED_MODULES, else "report" at an even position in
+    MODULES, "tuning" at an odd one."""
+    if module in SEALED_MODULES:
+        return SEALED
     return "report" if MODULES.index(module) % 2 == 0 else "tuning"
 
 
-# the whole-file edits: every edit of `EDITS` over the files of `MODULES`
-FILES: TaskSet[FileEditTask] = TaskSet(WORKLOAD, EDITS, lambda: MODULES, build_task, split_of,
-                                       "whole-file edit")
+# the whole-file edits: every edit of `EDITS` over the files of `MODULES` (and, asked for by
+# name, of `SEALED_MODULES`)
+FILES: TaskSet[FileEditTask] = TaskSet(WORKLOAD, EDITS, lambda: (*MODULES, *SEALED_MODULES), build_task,
+                                       split_of, "whole-file edit")

@@ -25,7 +25,10 @@ from typing import Any, Generic, TypeVar
 from ..prompts import CODE_BLOCK_END, BenchPrompt
 from .ast_tools import digest
 
-SPLITS = ("tuning", "report")
+# tuning: traced, replayed, tuned on; report: looked at while developing (a development report);
+# sealed: run only to report, on finished code (CONTRIBUTING's split rule), never unless named
+SPLITS = ("tuning", "report", "sealed")
+SEALED = "sealed"
 # the bench's workloads (`BenchPrompt.workload`) whose replies an edit check reads
 WORKLOADS = ("edit", "file_edit")
 
@@ -139,9 +142,11 @@ class TaskSet(Generic[T]):
         return parse_names(spec, self.edits, self.what)
 
     def source_names(self, split: str | None = None) -> list[str]:
-        """The sources on one side (None: all of them), in their own order."""
+        """The sources on one side (None: tuning and report: the sealed side only when named),
+        in their own order."""
         split = parse_split(split)
-        return [s for s in self.sources() if split is None or self.split_of(s) == split]
+        return [s for s in self.sources()
+                if self.split_of(s) == split or split is None and self.split_of(s) != SEALED]
 
     def order(self, edits: Sequence[str] | None = None, split: str | None = None) -> Iterator[T]:
         """Every task of these edits on this side once, in one fixed order (`interleave`)."""
