@@ -152,13 +152,21 @@ class Trial:
 
 
 @dataclass(frozen=True)
+class Agents:
+    """An agents.json (`bench --agents`): one row per server and aider edit format, the user's
+    wall time over both turns of every file against the fastest llama-server row's."""
+
+    file: str
+
+
+@dataclass(frozen=True)
 class Bounds:
     """`tools/replay.py bounds --out` files, their rows one after another."""
 
     files: tuple[str, ...]
 
 
-TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
+TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents] = {
     # docs/results.md: the current tables
     "fresh-prompts": Table("bench-results-fresh-s7-long-calls.json"),
     "function-edits": Table("bench-results-edits-long-calls.json"),
@@ -174,6 +182,7 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds] = {
                 "renames, docstrings, reformats (6)"),
         columns=("source", "method", "decode", "vs ar", "of floor", "ttft", "e2e", "e2e vs ar",
                  "identical", "done?")),
+    "agents": Agents("agents-report.json"),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
     "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
@@ -866,8 +875,33 @@ def render_bounds(table: Bounds, where: dict[str, tuple[str, str, str]]) -> str:
     return "\n\n".join(captions) + "\n\n" + "\n".join(lines) + "\n"
 
 
+AGENT_SERVERS = {"serve:auto": "`sprinter-edge serve` (auto)", "llama-server": "llama.cpp's server, plain",
+                 "llama-server-ngram-mod": "llama.cpp's server, ngram-mod",
+                 "llama-server-draft-tuned": "llama.cpp's server, `-md` tuned"}
+
+
+def render_agents(table: Agents, where: dict[str, tuple[str, str, str]]) -> str:
+    data = load(table.file)
+    lines = [_row(["server", "edit format", "user's wall time, both turns", "vs the best llama.cpp server",
+                   "edits done", "follow-ups done", "prompt tokens read (s)", "tokens written",
+                   "decode tok/s"]), "|---" * 9 + "|"]
+    for r in data["summary"]:
+        vs = r.get("wall_vs_best_llama_server")
+        read = f"{r['prompt_tokens']:,} ({r['prompt_seconds']:.0f} s)"
+        lines.append(_row([AGENT_SERVERS.get(r["row"], r["row"]), r["format"], f"{r['wall_seconds']:.1f} s",
+                           f"{vs:.2f}x" if vs else "-", f"{r['turn1_done']}/{r['tasks']}",
+                           f"{r['turn2_done']}/{r['tasks']}", read, f"{r['completion_tokens']:,}",
+                           f"{r['decode_tokens_per_second']:.1f}"]))
+    c, m = data["config"], data["machine"]
+    what = (f"aider {m['aider'].split()[-1]} through each server, {c['tasks']} whole-file edits of the "
+            f"{c['split']} split, two turns each (the edit, then a follow-up on the same file)")
+    return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
+
+
 def render(name: str, where: dict[str, tuple[str, str, str]]) -> str:
     table = TABLES[name]
+    if isinstance(table, Agents):
+        return render_agents(table, where)
     if isinstance(table, Bounds):
         return render_bounds(table, where)
     if isinstance(table, Curves):

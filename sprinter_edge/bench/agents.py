@@ -273,7 +273,8 @@ class AgentsOutcome:
     wall_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": asdict(self.config), "machine": self.machine, "wall_seconds": self.wall_seconds,
+        return {"command": self.config.command, "config": asdict(self.config), "machine": self.machine,
+                "wall_seconds": self.wall_seconds,
                 "turns": [asdict(t) for t in self.turns], "summary": summary(self.turns)}
 
 
