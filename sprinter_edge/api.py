@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import reply
 from .backend.llama import LlamaModel, common_prefix
 from .backend.prompt_cache import PromptCache
 from .catalog.registry import PairSpec
@@ -35,6 +34,8 @@ from .methods import DEFAULT_METHOD, get_strategy
 from .model_pair import Hardware, ModelPair, fetch_pair
 from .planning.planner import Planner, make_planner
 from .prompting import Message, render_chat
+from .reply import encode as encode_prompt
+from .reply import start as start_reply
 from .verification import Verification
 from .verifiers.base import Verifier
 from .verifiers.operating_point import OperatingPoint
@@ -259,7 +260,7 @@ class Engine:
         return render_chat(self.text_model, messages)
 
     def encode(self, prompt: str | Sequence[Message], *, chat: bool = True) -> list[int]:
-        return reply.encode(self.text_model, prompt, chat=chat)
+        return encode_prompt(self.text_model, prompt, chat=chat)
 
     # ------------------------------------------------------------------ generation
     def stream(
@@ -280,7 +281,7 @@ class Engine:
         tokens); `method`, `operating_point`, `verifier` and the methods' `settings` (e.g.
         {"draft_len": 3}) override the engine's for this call.
         """
-        return reply.start(self, prompt, params or SamplingParams(), chat=chat, method=method,
+        return start_reply(self, prompt, params or SamplingParams(), chat=chat, method=method,
                            point=operating_point or self.settings.point, verifier=verifier,
                            values=self._settings_for(settings))
 
