@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .backend.llama import LlamaModel
 from .backend.prompt_cache import PromptCache
@@ -21,9 +21,28 @@ from .verifiers.base import Verifier
 from .verifiers.operating_point import OperatingPoint
 
 if TYPE_CHECKING:
-    from .api import Engine
+    from .planning.planner import Planner
+    from .verification import Verification
 
 log = logging.getLogger(__name__)
+
+
+class Engine(Protocol):
+    """What `start` reads of the engine (api.Engine), named here so this module stands below it."""
+
+    models: ModelPair
+    settings: Any
+    prompt_cache: PromptCache | None
+    verification: Verification
+
+    @property
+    def text_model(self) -> LlamaModel: ...
+
+    def check_method(self, method: str) -> Strategy: ...
+
+    def planner(self) -> Planner: ...
+
+    def finished(self, stats: Stats) -> None: ...
 
 
 def start(engine: Engine, prompt: str | Sequence[Message] | list[int], params: SamplingParams, *,
