@@ -245,7 +245,7 @@ def test_results_from_before_the_rename_still_read(tasks: list[edits.EditTask]) 
 def test_the_split_is_by_problem_disjoint_and_stable(tasks: list[edits.EditTask]) -> None:
     """Every problem is on one side by the SHA-256 of its id: the two sides share no problem,
     cover every task, and a side's order is the same on every build."""
-    sides = {split: FUNCTIONS.all(split=split) for split in task_sets.SPLITS}
+    sides = {split: FUNCTIONS.all(split=split) for split in ("tuning", "report")}  # (no sealed side)
     sources = {split: {t.source for t in ts} for split, ts in sides.items()}
     assert sources["tuning"].isdisjoint(sources["report"])
     assert sorted(t.id for ts in sides.values() for t in ts) == sorted(t.id for t in tasks)

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import SprinterError
 from .edits.files import FILES, FileEditTask, check_reply
-from .llama_server import SERVER_CONFIGS, LlamaServer, free_port
+from .llama_server import SERVER_CONFIGS, LlamaServer, free_port, stop_process
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class ServeRow(Server):
                 "requests": body["completed"] + body["cancelled"] + body["failed"]}
 
     def close(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc, grace=20)
 
 
 class LlamaServerRow(Server):
@@ -166,18 +166,8 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_file: Path, timeou
             if resp.status == 200:
                 return
         time.sleep(0.5)
-    _stop(proc)
+    stop_process(proc, grace=20)
     raise SprinterError(f"the server did not come up in {timeout:.0f} s: {log_file.read_text()[-2000:]}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 # ---------------------------------------------------------------------------- aider

@@ -129,6 +129,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, then SIGKILL when it has not ended after `grace` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     """Linux: the server gets SIGTERM when the bench process dies (even by SIGKILL)."""
     with contextlib.suppress(Exception):
@@ -232,13 +243,8 @@ class LlamaServer:
     def close(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 10 s) and remove its log."""
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        if proc is not None:
+            stop_process(proc, grace=10)
         if self._log_path is not None:
             with contextlib.suppress(OSError):
                 self._log_path.unlink()
