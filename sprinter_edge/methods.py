@@ -27,7 +27,7 @@ def methods() -> tuple[str, ...]:
 
 
 def described() -> str:
-    """Every method with its summary, for help texts: "auto: ...; ar: ...; ..." """
+    """Every method with what it does (`Strategy.about`), for help texts: "auto: ...; ar: ..." """
     return "; ".join(f"{m}: {get_strategy(m).about}" for m in methods())
 
 

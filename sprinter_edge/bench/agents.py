@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import SprinterError
 from .edits.files import FILES, FileEditTask, check_reply
-from .llama_server import SERVER_CONFIGS, LlamaServer, free_port, stop_process
+from .llama_server import SERVER_CONFIGS, LlamaServer, ServerError, free_port, stop_process, wait_healthy
 
 log = logging.getLogger(__name__)
 
@@ -157,17 +157,12 @@ class LlamaServerRow(Server):
 
 
 def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_file: Path, timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SprinterError(f"the server exited while starting: {log_file.read_text()[-2000:]}")
-        with contextlib.suppress(OSError, ValueError), \
-                urllib.request.urlopen(base + "/health", timeout=5) as resp:
-            if resp.status == 200:
-                return
-        time.sleep(0.5)
-    stop_process(proc, grace=20)
-    raise SprinterError(f"the server did not come up in {timeout:.0f} s: {log_file.read_text()[-2000:]}")
+    """`wait_healthy`, the server's log in the error (and the process stopped) when it fails."""
+    try:
+        wait_healthy(base, proc, timeout, "sprinter-edge serve")
+    except ServerError as exc:
+        stop_process(proc, grace=20)
+        raise SprinterError(f"{exc}: {log_file.read_text()[-2000:]}") from None
 
 
 # ---------------------------------------------------------------------------- aider

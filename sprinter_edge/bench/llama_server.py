@@ -129,6 +129,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    """Until `url`/health answers 200 (a server loading its models answers 503); ServerError
+    when the process exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rc = proc.poll()
+        if rc is not None:
+            raise ServerError(f"{what} exited with status {rc} while starting")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass  # not listening yet, or 503 while loading the model
+        time.sleep(0.1)
+    raise ServerError(f"{what} did not answer /health within {timeout:.0f} s")
+
+
 def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM, then SIGKILL when it has not ended after `grace` seconds."""
     if proc.poll() is None:
@@ -216,20 +234,8 @@ class LlamaServer:
         raise ServerError(f"{self.name} could not bind a port")  # pragma: no cover
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            rc = self.proc.poll()
-            if rc is not None:
-                raise ServerError(f"{self.name} ({self.binary}) exited with status {rc} while starting")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass  # not listening yet, or 503 while loading the model
-            time.sleep(0.1)
-        raise ServerError(f"{self.name} did not answer /health within {self.startup_timeout:.0f} s")
+        assert self.proc is not None
+        wait_healthy(self.url, self.proc, self.startup_timeout, f"{self.name} ({self.binary})")
 
     def log_tail(self, lines: int = 6) -> str:
         if self._log_path is None:

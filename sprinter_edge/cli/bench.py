@@ -157,6 +157,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, ctx=4096)  # room for the long-context prompts and their replies
 
 
+def command_line() -> str:
+    """How this run was started, as a user would type it again (results files keep it)."""
+    return "sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
 def config_from(args: argparse.Namespace) -> BenchConfig:
     """The flags as a BenchConfig: explicit flags win over --quick, which wins over defaults."""
     base = QUICK if args.quick else DEFAULTS
@@ -212,7 +217,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, settings=method_settings_from(args),
         peer_ctx=min(args.ctx, 4096), server_ctx=args.ctx, pair=args.pair if not args.target else None,
-        command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+        command=command_line())
 
 
 def run_agents(args: argparse.Namespace) -> int:
@@ -229,7 +234,7 @@ def run_agents(args: argparse.Namespace) -> int:
     config = agents.AgentsConfig(tasks=args.agents, split=args.split, edits=kinds, formats=formats,
                                  rows=tuple(r.strip() for r in args.agent_rows.split(",") if r.strip()),
                                  threads=args.threads,
-                                 command="sprinter-edge " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                                 command=command_line())
     engine = engine_from(args, method="ar", with_draft=bool(args.draft or not args.target))
     model_args = (["--target", str(engine.target_path)] + (["--draft", str(engine.draft_path)]
                                                            if engine.draft_path else [])

@@ -124,7 +124,7 @@ class CostTable:
         deeper ones the scale of their depth's table (their time over the base curve's), unless
         the deep contexts were swept (`depths_measured`: a sweep times every size). A call with
         some but not all rows measures neither curve and is left out."""
-        if n < 1 or count < 1 or ms <= 0 or rows not in (1, n):
+        if not _learnable(n, rows, ms, count):
             return
         which = "last" if rows == 1 else "full"
         if depth < LEARN_SHALLOW:
@@ -151,7 +151,8 @@ class CostTable:
         first reply, not worn off over dozens. A deep call slower than the table is left out of
         that check (the table may not know its depth yet); one faster is not (a deeper context
         never costs less). Returns the ratio seen (1.0: agreed, or too few calls to tell)."""
-        usable = [c for c in calls if c[0] >= 1 and c[4] >= 1 and c[3] > 0 and c[1] in (1, c[0])]
+        usable = [(n, rows, depth, ms, count) for n, rows, depth, ms, count in calls
+                  if _learnable(n, rows, ms, count)]
         total = logs = 0.0
         for n, rows, depth, ms, count in usable:
             ratio = ms / max(self.at(int(depth)).cost(n, rows), 1e-9)
@@ -239,6 +240,11 @@ class CostTable:
                 self.full[n] = max(self.full[n], _interp(self.last, n))
         for table in self.deep.values():
             table.make_monotone()
+
+
+def _learnable(n: int, rows: int, ms: float, count: int) -> bool:
+    """A timed call that measures a curve: tokens, a time, and one logits row or every row."""
+    return n >= 1 and count >= 1 and ms > 0 and rows in (1, n)
 
 
 def dips(costs: dict[int, float], min_drop: float = 0.05) -> list[tuple[int, int, float, float]]:

@@ -71,7 +71,7 @@ class WorkerCounters:
         self.completion_tokens += stats.counters.new_tokens
         self.target_calls += stats.counters.target_calls
         self.prompt_seconds += stats.timings.prefill_seconds
-        self.decode_seconds += max(stats.timings.total_seconds - stats.timings.prefill_seconds, 0.0)
+        self.decode_seconds += stats.timings.decode_seconds
 
     def totals(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "prompt_tokens_read": self.prompt_tokens_read,
