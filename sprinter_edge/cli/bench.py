@@ -263,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
     need = max((edits.files.reply_tokens(edits.FileEditTask.from_dict(p.problem)) for p in bench_prompts
                 if p.workload == edits.FILES.workload), default=0)
     if need > config.max_tokens:  # a reply cut short fails its check: a budget question, not quality
+        enough = -(-need * 11 // 10 // 256) * 256  # a tenth more, in steps of 256
         print(f"note: --max-tokens {config.max_tokens} is under the ~{need} tokens a whole-file edit's "
-              "reply takes (give --max-tokens 2048)", file=sys.stderr)
+              f"reply takes (give --max-tokens {enough})", file=sys.stderr)
     # the draft too, unless the user gave a target alone (then one model)
     engine = engine_from(args, method="ar", with_draft=bool(args.draft or not args.target)).load()
     try:
