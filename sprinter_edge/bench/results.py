@@ -73,6 +73,7 @@ class BenchConfig:
     edit_kinds: Sequence[str] = ()  # only these edits (empty: all)
     edit_skip: int = 0  # start after this many tasks of the fixed order (held-out tasks)
     file_edits: int = 0  # whole-file edit tasks: the first N of edits.FILES.order
+    file_edit_skip: int = 0  # ... after its first K
     file_edit_kinds: Sequence[str] = ()  # only these whole-file edits (empty: all)
     edit_split: str | None = None  # both edit workloads: only this side, "tuning" or "report" (None: both)
     structured: int = 0  # structured-output tasks: the first N of structured.structured_prompts
@@ -136,8 +137,8 @@ def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:
     chosen += prompts.long_prompts(config.long) if config.long else []
     chosen += (edits.FUNCTIONS.prompts(config.edits, config.edit_kinds, config.edit_skip, config.edit_split)
                if config.edits else [])
-    chosen += (edits.FILES.prompts(config.file_edits, config.file_edit_kinds, split=config.edit_split)
-               if config.file_edits else [])
+    chosen += (edits.FILES.prompts(config.file_edits, config.file_edit_kinds, config.file_edit_skip,
+                                   config.edit_split) if config.file_edits else [])
     chosen += structured.structured_prompts(config.structured) if config.structured else []
     if config.prompt_file:
         chosen += prompts.load_prompt_file(config.prompt_file)

@@ -96,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "edited module's functions on the same inputs; the first N of one fixed order, "
                         "their own workload in the report (0 = none); the replies return the whole file: "
                         "give them --max-tokens 2048 (prompt and reply fit the default --ctx 4096)")
+    g.add_argument("--file-edit-skip", type=int, default=0, metavar="K",
+                   help="start the whole-file edit tasks after the first K of their fixed order (a run "
+                        "that goes on where an earlier one stopped)")
     g.add_argument("--file-edit-kinds", default="", metavar="KIND,...",
                    help="only these whole-file edit kinds, comma-separated: " + ", ".join(edits.FILES.edits)
                         + " (empty = all)")
@@ -188,8 +191,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         raise SprinterError("--temperature must be >= 0")
     if args.edits < 0 or args.edit_skip < 0:
         raise SprinterError("--edits and --edit-skip must be >= 0")
-    if args.file_edits < 0:
-        raise SprinterError("--file-edits must be >= 0")
+    if args.file_edits < 0 or args.file_edit_skip < 0:
+        raise SprinterError("--file-edits and --file-edit-skip must be >= 0")
     if args.structured < 0:
         raise SprinterError("--structured must be >= 0")
     try:
@@ -211,7 +214,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         verifiers=verifiers if len(verifiers) > 1 else (), temperature=args.temperature, seed=args.seed,
         humaneval=humaneval, chat=chat, explain=explain, long=long, edits=args.edits,
         edit_kinds=edit_kinds, edit_skip=args.edit_skip, file_edits=args.file_edits,
-        file_edit_kinds=file_edit_kinds, edit_split=args.split, structured=args.structured,
+        file_edit_skip=args.file_edit_skip, file_edit_kinds=file_edit_kinds, edit_split=args.split,
+        structured=args.structured,
         prompt_file=args.prompts, max_tokens=max_tokens,
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
