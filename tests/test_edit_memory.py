@@ -11,7 +11,7 @@ from sprinter_edge.decoding import DecodeContext, Stats
 from sprinter_edge.decoding.lookup import COPIES
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.edit_memory import CODE, COMMENT, EditMemory, _scan
-from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+from sprinter_edge.decoding.proposers.prompt_lookup import CopyPolicy, Departure, PromptLookup
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
 OLD, NEW = 7, 99
@@ -62,7 +62,7 @@ def test_a_rename_is_learned_at_its_first_occurrence() -> None:
     source = source_with_uses(12)
     prompt = [1, 2, 3, 4] + source + [5, 6]
     reply = [NEW if t == OLD else t for t in source]
-    plain = replay(PromptLookup(learn_edits=False), prompt, reply)
+    plain = replay(PromptLookup(policy=CopyPolicy(learn_edits=False)), prompt, reply)
     learned = replay(PromptLookup(), prompt, reply)
     assert learned[1] / learned[0] >= 0.95, learned  # nearly every proposed token accepted
     assert learned[2] < plain[2] / 2, (learned, plain)  # and far fewer target calls
@@ -96,7 +96,7 @@ def test_a_proposal_cut_inside_an_edit_goes_on_inside_it() -> None:
     reply = [10, 11, 12]
     after = {}
     for resume in (True, False):
-        proposer = PromptLookup(resume_edits=resume)
+        proposer = PromptLookup(policy=CopyPolicy(resume_edits=resume))
         ctx = edit_context(8)
         proposer.begin(ctx, prompt)
         proposer.memory.learn(40, [], [41, 42, 43, 44])  # a hint of four tokens after 40
@@ -126,11 +126,10 @@ def test_a_copy_of_the_reply_gives_way_to_the_source_where_they_meet() -> None:
         proposer.begin(ctx, prompt)
         proposer.index.extend(seq)
         start = len(prompt) + 4  # the reply's first function, after its NL2
-        tokens, _ = proposer._copy(seq, start, start + 6)
-        assert tokens == [IND, Q, SAME, 201, END, DEF]
-        proposer._home = home
-        copies[home] = proposer._homeward(seq, tokens) if home is not None else tokens
-        assert len(proposer._after) == len(copies[home])
+        copied, _ = proposer._copy(seq, start, start + 6)
+        assert [t.token for t in copied] == [IND, Q, SAME, 201, END, DEF]
+        proposer.cursor.home = home
+        copies[home] = [t.token for t in (proposer._homeward(seq, copied) if home is not None else copied)]
     assert copies[None][3] == 201
     assert copies[3 + 11][:5] == [IND, Q, SAME, 202, END]
 
@@ -144,15 +143,17 @@ def test_only_a_copy_of_the_source_teaches_an_edit() -> None:
     reply = [10, A, 11, B, 12, C, 13, 10, P, 11]
     learned = {}
     for reply_edits in (False, True):
-        proposer = PromptLookup(reply_edits=reply_edits)
+        proposer = PromptLookup(policy=CopyPolicy(reply_edits=reply_edits))
         ctx = edit_context(100)
         proposer.begin(ctx, prompt)
         seq = prompt + reply + [Q, 12]
         proposer.index.extend(seq)
         at, wrote = len(prompt), len(seq) - 2  # the reply's first function, copied for the second:
-        proposer._learn(seq, at + 3, wrote, at + 4, wrote + 1)  # B there, Q here
+        proposer.cursor.departure = Departure(at + 3, wrote)  # B there, Q here
+        proposer.learn_departure(seq, at + 4, wrote + 1)
         learned[reply_edits] = {sub.key: sub.value for sub in proposer.memory.subs.values()}
-        proposer._learn(seq, 3 + 3, wrote, 3 + 4, wrote + 1)  # the prompt's B, the reply's Q
+        proposer.cursor.departure = Departure(3 + 3, wrote)  # the prompt's B, the reply's Q
+        proposer.learn_departure(seq, 3 + 4, wrote + 1)
         assert (B,) in proposer.memory.subs, "a departure from the source is learned"
         assert proposer.memory.subs, "a departure from the source is learned"
     assert learned[False] == {} and learned[True][(B,)] == (Q,)

@@ -112,13 +112,13 @@ def test_an_unloaded_draft_is_priced_from_the_target_and_file_sizes(tmp_path: Pa
     assert prior.all_rows(16) == pytest.approx(16 * 40.0 * 0.25)  # a batch: r
 
 
-def test_source_of_each_proposed_token() -> None:
-    lookup = Proposal([1, 2, 3], [1, 2, 3], grammar=1, copied=2, source="lookup")
-    assert [lookup.source_of(j) for j in range(3)] == ["grammar", "copy", "copy"]
-    staged = Proposal([1, 2, 9], [1, 2, 9], copied=5, drafted=1, source="staged")  # offered 5, kept 2
-    assert [staged.source_of(j) for j in range(3)] == ["copy", "copy", "draft"]
-    sd = Proposal([4, 5], [4, 5], drafted=2, source="draft")
-    assert [sd.source_of(j) for j in range(2)] == ["draft", "draft"]
+def test_proposer_of_each_proposed_token() -> None:
+    lookup = Proposal([1, 2, 3], [1, 2, 3], grammar=1, copied=2, proposer="lookup")
+    assert [lookup.proposer_of(j) for j in range(3)] == ["grammar", "copy", "copy"]
+    staged = Proposal([1, 2, 9], [1, 2, 9], copied=5, drafted=1, proposer="staged")  # offered 5, kept 2
+    assert [staged.proposer_of(j) for j in range(3)] == ["copy", "copy", "draft"]
+    sd = Proposal([4, 5], [4, 5], drafted=2, proposer="draft")
+    assert [sd.proposer_of(j) for j in range(2)] == ["draft", "draft"]
 
 
 def test_logit_bias_moves_the_greedy_choice_and_the_distribution() -> None:

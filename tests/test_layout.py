@@ -7,7 +7,7 @@ from test_edit_memory import replay
 
 from sprinter_edge.bench.edits.transforms import poor_layout
 from sprinter_edge.decoding.proposers.layout import Layout
-from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+from sprinter_edge.decoding.proposers.prompt_lookup import CopiedToken, CopyPolicy, PromptLookup, SuffixIndex
 
 CODE = '''def area(width, height, scale=1):
     total = width * height
@@ -114,7 +114,7 @@ def test_a_reformat_is_copied_laid_out(fixture_engine) -> None:  # type: ignore[
     assert source != CODE
     prompt = tok("Reformat this file to PEP 8:\n") + tok(source)
     reply = tok(CODE)
-    plain = replay(PromptLookup(layout=False), prompt, reply, model=model)
+    plain = replay(PromptLookup(policy=CopyPolicy(layout=False)), prompt, reply, model=model)
     laid = replay(PromptLookup(), prompt, reply, model=model)
     assert laid[2] < plain[2], (laid, plain)
 
@@ -123,24 +123,19 @@ def test_a_way_home_the_layout_cannot_copy_keeps_the_proposal_as_it_was() -> Non
     """The copy of the reply's own text goes home to the source where two of its tokens meet
     it; where the source's copy from there is laid out up to a gap it cannot tell (nothing), the
     reply's copy stands, with the source positions and edits it had, one per token."""
-    from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex
-
     prompt = [10, 11, 12, 13, 14, 15, 16, 17]
     lookup = PromptLookup()
-    lookup.index = SuffixIndex()
-    lookup.index.extend(prompt)
-    lookup._reply_at, lookup._home = len(prompt), 2
-    tokens = [12, 13, 40, 41]  # copied from the reply; 11, 12 meet the source at position 2
-    kept = [(30 + i, 0) for i in range(4)], [-1, 5, -1, -1], [-1, -1, 2, -1]
-    lookup._after, lookup._by, lookup._laid = (list(x) for x in kept)
+    lookup.index = SuffixIndex(prompt=prompt)
+    lookup.cursor.home = 2
+    # copied from the reply; 11, 12 meet the source at position 2
+    copied = [CopiedToken(12, (30, 0)), CopiedToken(13, (31, 0), by=5), CopiedToken(40, (32, 0), laid=2),
+              CopiedToken(41, (33, 0))]
 
     def laid_out_to_nothing(seq, start, stop, skip=0, drop=0):  # type: ignore[no-untyped-def]
-        lookup._after, lookup._by, lookup._laid = [(start, 0)] * 3, [-1] * 3, [0] * 3
         return [], []  # (an alignment: not None)
 
     lookup._copy = laid_out_to_nothing  # type: ignore[method-assign]
-    assert lookup._homeward([*prompt, 9, 11], tokens) == tokens
-    assert (lookup._after, lookup._by, lookup._laid) == kept
+    assert lookup._homeward([*prompt, 9, 11], copied) == copied
 
 
 def test_a_copy_laid_out_up_to_a_gap_keeps_one_position_and_edit_per_token() -> None:
@@ -148,7 +143,6 @@ def test_a_copy_laid_out_up_to_a_gap_keeps_one_position_and_edit_per_token() -> 
     copy ends there, and so do the source positions, edits and rules kept for its tokens: the
     token after the copy is read as no substitution's (it was indexed past the copy's end)."""
     from sprinter_edge.decoding.proposers.layout import Laid
-    from sprinter_edge.decoding.proposers.prompt_lookup import SuffixIndex
 
     prompt = [10, 11, 12, 13, 14, 15, 16, 17]
 
@@ -163,8 +157,6 @@ def test_a_copy_laid_out_up_to_a_gap_keeps_one_position_and_edit_per_token() -> 
     lookup.index = SuffixIndex()
     lookup.index.extend(prompt)
     lookup.layout = ToAGap()  # type: ignore[assignment]
-    tokens, aligned = lookup._copy(prompt, 2, 7)
-    assert tokens == [12, 13] and aligned == [True, True]
-    assert len(lookup._after) == len(lookup._by) == len(lookup._laid) == 2
-    lookup._copied = tokens
-    assert lookup._next_of(2) is None
+    copied, aligned = lookup._copy(prompt, 2, 7)
+    assert [t.token for t in copied] == [12, 13] and aligned == [True, True]
+    assert lookup._resume_at(copied, 2, drop=0) is None

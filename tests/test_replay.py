@@ -48,10 +48,10 @@ def test_every_variant_is_parameters_and_shipped_is_the_loops_proposer(replay) -
     from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
 
     shipped = replay.proposer_of("shipped", Evidence())
-    plain = PromptLookup()
-    for name in ("anchor", "learn_edits", "anchor_window", "min_match", "max_match", "spec_factor"):
-        assert getattr(shipped, name) == getattr(plain, name), name
+    assert shipped.policy == PromptLookup().policy
     assert shipped.evidence.rates == CopyEvidence().rates and shipped.evidence.anchor_slot == ANCHOR
+    variants = [(policy, priors) for name, (policy, priors) in replay.VARIANTS.items() if name != "shipped"]
+    assert (PromptLookup().policy, {}) not in variants  # none is the shipped policy under another name
     for name in replay.VARIANTS:
         evidence = Evidence()
         proposer = replay.proposer_of(name, evidence)

@@ -50,7 +50,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,13 @@ from sprinter_edge.decoding.loop import run_loop
 from sprinter_edge.decoding.proposers.base import Proposal, Proposer
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.edit_memory import Tokenizer
-from sprinter_edge.decoding.proposers.prompt_lookup import MIN_MATCH, PromptLookup, SuffixIndex
+from sprinter_edge.decoding.proposers.prompt_lookup import (
+    MIN_MATCH,
+    SHIPPED,
+    CopyPolicy,
+    PromptLookup,
+    SuffixIndex,
+)
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
 log = logging.getLogger("replay")
@@ -79,31 +85,29 @@ log = logging.getLogger("replay")
 FALLBACK = CostTable(last={1: 10.0, 64: 80.0}, full={1: 10.0, 64: 80.0})
 KIND = "edit"  # the request kind the copy evidence is kept under (both edit workloads are edits)
 
-# name: (PromptLookup's keywords, CopyEvidence.with_priors's keywords); "shipped" is the defaults
-VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "shipped": ({}, {}),
-    "no-anchor": ({"anchor": False}, {}),
-    "no-memory": ({"learn_edits": False}, {}),
-    "no-respell": ({"respell": False}, {}),
-    "no-layout": ({"layout": False}, {}),
-    "no-align": ({"align_window": 0}, {}),
-    "no-resume-edits": ({"resume_edits": False}, {}),
-    "no-return-home": ({"return_home": False}, {}),
-    "no-resume-no-return": ({"resume_edits": False, "return_home": False}, {}),
-    "no-line-rates": ({"line_rates": False}, {}),
-    "reply-edits": ({"reply_edits": True}, {}),
-    "align-window-8": ({"align_window": 8}, {}),
-    "anchor-prior-0.7": ({}, {"anchor_prior": 0.7}),
-    "anchor-prior-0.8": ({}, {"anchor_prior": 0.8}),
-    "anchor-prior-0.9": ({}, {"anchor_prior": 0.9}),
-    "anchor-window-16": ({"anchor_window": 16}, {"anchor_prior": 0.8}),
-    "spec-factor-4": ({"spec_factor": 4}, {}),
-    "spec-factor-8": ({"spec_factor": 8}, {}),
-    "max-match-32": ({"max_match": 32}, {}),
-    "min-match-2": ({"min_match": 2}, {"buckets": (2, 3, 4, 6, 10, 16),
-                                        "prior": (0.4, 0.55, 0.7, 0.85, 0.92, 0.96)}),
-    "min-match-1": ({"min_match": 1}, {"buckets": (1, 2, 3, 4, 6, 10, 16),
-                                        "prior": (0.3, 0.4, 0.55, 0.7, 0.85, 0.92, 0.96)}),
+# name: (the copy's policy, CopyEvidence.with_priors's keywords); "shipped" is the defaults
+VARIANTS: dict[str, tuple[CopyPolicy, dict[str, Any]]] = {
+    "shipped": (SHIPPED, {}),
+    "no-anchor": (replace(SHIPPED, anchor=False), {}),
+    "no-memory": (replace(SHIPPED, learn_edits=False), {}),
+    "no-respell": (replace(SHIPPED, respell=False), {}),
+    "no-layout": (replace(SHIPPED, layout=False), {}),
+    "no-align": (replace(SHIPPED, align_window=0), {}),
+    "no-resume-edits": (replace(SHIPPED, resume_edits=False), {}),
+    "no-return-home": (replace(SHIPPED, return_home=False), {}),
+    "no-resume-no-return": (replace(SHIPPED, resume_edits=False, return_home=False), {}),
+    "no-line-rates": (replace(SHIPPED, line_rates=False), {}),
+    "reply-edits": (replace(SHIPPED, reply_edits=True), {}),
+    "align-window-8": (replace(SHIPPED, align_window=8), {}),
+    "anchor-prior-0.8": (SHIPPED, {"anchor_prior": 0.8}),
+    "anchor-prior-0.9": (SHIPPED, {"anchor_prior": 0.9}),
+    "anchor-window-16": (replace(SHIPPED, anchor_window=16), {"anchor_prior": 0.8}),
+    "spec-factor-4": (replace(SHIPPED, spec_factor=4), {}),
+    "spec-factor-8": (replace(SHIPPED, spec_factor=8), {}),
+    "min-match-2": (replace(SHIPPED, min_match=2), {"buckets": (2, 3, 4, 6, 10, 16),
+                                                    "prior": (0.4, 0.55, 0.7, 0.85, 0.92, 0.96)}),
+    "min-match-1": (replace(SHIPPED, min_match=1), {"buckets": (1, 2, 3, 4, 6, 10, 16),
+                                                    "prior": (0.3, 0.4, 0.55, 0.7, 0.85, 0.92, 0.96)}),
 }
 
 
@@ -268,7 +272,8 @@ class Watched(Proposer):
         return self.inner.propose(ctx, seq)
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
-        by = list(self.inner._by[:len(proposal)]) if proposal.tokens else []  # read before feedback
+        offer = self.inner.offer  # read before feedback
+        by = [t.by for t in offer.copied[:len(proposal)]] if proposal.tokens and offer else []
         self.rounds.append(Round(self._pos, proposal, accepted, by))
         self.inner.feedback(ctx, proposal, accepted)
 
@@ -313,9 +318,9 @@ def replay(proposer: PromptLookup, costs: CostTable, evidence: Evidence, prompt:
 
 def proposer_of(variant: str, evidence: Evidence) -> PromptLookup:
     """The loop's proposer under `variant`, its copy evidence kept in `evidence` for edits."""
-    options, priors = VARIANTS[variant]
+    policy, priors = VARIANTS[variant]
     copies = evidence.of_kind(COPIES, KIND, lambda: CopyEvidence.with_priors(**priors))
-    return PromptLookup(copies, **options)
+    return PromptLookup(copies, policy=policy)
 
 
 # ---------------------------------------------------------------------------- policies

@@ -59,7 +59,7 @@ def accept(ctx: DecodeContext, seq: list[int], proposal: Proposal, *, all_rows: 
             step.append((replacement, Origin.RESAMPLED))
             return Round(step, i, i + 1, out.logits if all_rows else None)
         ctx.record_target(logits[i], token)
-        step.append((token, _ACCEPTED[proposal.source_of(j)]))
+        step.append((token, _ACCEPTED[proposal.proposer_of(j)]))
     if not (tokens and ctx.text_eog(tokens[-1])):
         row = logits[n_test]
         bonus = sampler.draw(sampler.prepare(row if masks is None else masked(row, masks[n_test]),

@@ -71,7 +71,7 @@ def run_loop(ctx: DecodeContext, prompt: list[int], proposer: Proposer) -> Itera
             _, alive = _guarded(proposer, partial(proposer.feedback, ctx, proposal, done.accepted))
         committed = [t for t, _ in done.step]
         if grammar is not None and grammar.consume(committed) != len(committed):
-            raise RuntimeError(f"the grammar rejects committed tokens {committed} ({proposal.source})")
+            raise RuntimeError(f"the grammar rejects committed tokens {committed} ({proposal.proposer})")
         seq.extend(committed)
         yield done.step
 

@@ -37,6 +37,8 @@ class Origin(str, Enum):
     FORCED = "forced"  # the only token the grammar allows: committed without the target (exact)
 
 
+_NOT_COUNTS = ("extra", "accepted_per_position")  # Counters fields that are not one count
+
 _ORIGIN_FIELD = {
     Origin.TARGET: "target_sampled", Origin.DRAFT: "draft_sampled", Origin.KEPT: "kept",
     Origin.ACCEPTED: "accepted", Origin.COPIED: "accepted", Origin.GUIDED: "accepted",
@@ -56,7 +58,7 @@ class ProposalCounts(Protocol):
     forced: int
     trusted: int
 
-    def source_of(self, j: int) -> str: ...  # who proposed token j: grammar | copy | draft
+    def proposer_of(self, j: int) -> str: ...  # who proposed token j: grammar | copy | draft
 
 
 @dataclass
@@ -70,11 +72,12 @@ class Counters:
     resampled: int = 0
     bonus: int = 0
     forced: int = 0  # constrained: tokens the grammar left no choice for (no target test)
-    # proposals and their tests, whatever the method (as vLLM's generic spec-decode metrics)
+    # proposals and their tests, whatever the method (the field's words: CONTRIBUTING's glossary)
+    drafts: int = 0  # rounds whose proposal the target tested (vLLM's num_drafts)
     draft_tokens: int = 0  # tokens the draft proposed
     copied_tokens: int = 0  # tokens a copy offered (prompt, reply, prediction)
     copied_accepted: int = 0  # copied tokens the target accepted
-    pq_tests: int = 0  # p/q tests run (every proposed token the target checked)
+    pq_tests: int = 0  # p/q tests run: every proposed token the target checked (num_draft_tokens)
     run_ends: int = 0  # untested runs that ended in a target call (SPRINTER's catch-ups)
     grammar_proposed: int = 0  # constrained: the grammar's fast-forward tokens proposed
     grammar_accepted: int = 0  # of those, accepted by the p/q test
@@ -83,6 +86,8 @@ class Counters:
     target_calls: int = 0
     target_tokens: int = 0  # tokens the target decoded
     target_rows: int = 0  # logits rows the target's calls returned (what a call costs depends on it)
+    # tested proposals whose token i the target accepted, by i (num_accepted_tokens_per_pos)
+    accepted_per_position: Counter[int] = field(default_factory=Counter)
     # a method's own counters, by the names it declares (Strategy.counters)
     extra: Counter[str] = field(default_factory=Counter)
 
@@ -95,6 +100,9 @@ class Counters:
         """One round of the loop: `proposal`, of which `tested` tokens went through the p/q test
         and the first `accepted` passed it."""
         self.pq_tests += tested
+        if tested:
+            self.drafts += 1
+            self.accepted_per_position.update(range(accepted))
         self.draft_tokens += proposal.drafted
         self.copied_tokens += proposal.copied
         # a proposal's tested tokens: the grammar's fast-forward span first, then the rest
@@ -102,7 +110,7 @@ class Counters:
         self.grammar_accepted += min(accepted, proposal.grammar)
         if proposal.copied:
             start = proposal.forced + proposal.trusted
-            self.copied_accepted += sum(proposal.source_of(start + j) == "copy" for j in range(accepted))
+            self.copied_accepted += sum(proposal.proposer_of(start + j) == "copy" for j in range(accepted))
         if proposal.ended_by is not None:
             self.run_ends += 1
         self.extra.update(proposal.bumps)
@@ -114,9 +122,14 @@ class Counters:
             raise AttributeError(name)
         return extra[name]
 
-    def flat(self) -> dict[str, int]:
+    def acceptance_per_position(self) -> list[float]:
+        """The share of tested proposals whose token i the target accepted, for each i."""
+        per = self.accepted_per_position
+        return [round(per[i] / self.drafts, 4) for i in range(max(per, default=-1) + 1)]
+
+    def by_name(self) -> dict[str, int]:
         """Every count by name, the methods' own included (0 for those not bumped)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_COUNTS}
         out.update(dict.fromkeys(declared_counters(), 0))
         out.update(self.extra)
         return out
@@ -291,7 +304,7 @@ class Stats:
         t = self.timings
         d = {"method": self.method, "kind": self.kind, "exact": self.exact,
              "prompt_tokens": self.prompt_tokens, "finish_reason": self.finish_reason,
-             **asdict(self.point), **self.counters.flat(), **asdict(self.trace), **asdict(t),
+             **asdict(self.point), **self.counters.by_name(), **asdict(self.trace), **asdict(t),
              **(asdict(self.prediction) if self.prediction is not None else {})}
         d.update(
             guarantee=self.guarantee,
@@ -301,6 +314,7 @@ class Stats:
             target_calls_per_token=round(self.target_calls_per_token, 4),
             decode_seconds=round(t.decode_seconds, 4),
             overhead_seconds=round(t.overhead_seconds, 4),
+            acceptance_per_position=self.counters.acceptance_per_position(),
             mean_run_length=round(self.mean_run_length, 3) if self.counters.run_ends else None,
             baseline_seconds=self.baseline_seconds,
             speedup_estimate=round(self.baseline_seconds / t.decode_seconds, 3)

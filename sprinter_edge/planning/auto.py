@@ -153,4 +153,4 @@ def _proposer(ctx: DecodeContext, plan: Plan) -> Proposer:
 
 
 def _counters(stats: Stats) -> dict[str, int]:
-    return stats.counters.flat()
+    return stats.counters.by_name()

@@ -31,14 +31,14 @@ class Proposal:
     trusted: int = 0  # tokens after the forced ones committed without the target (approximate)
     forced: int = 0  # leading tokens the grammar leaves no choice for: committed as they are (exact)
     grammar: int = 0  # tokens after forced + trusted that the grammar proposed (fast-forward)
-    source: str = ""  # who proposed it: draft | lookup | staged
+    proposer: str = ""  # who proposed it: draft | lookup | staged | splice | grammar
     # for the counters (stats.Counters.add_round): tokens the draft produced, tokens a copy
     # offered (staged: before the draft's cut), and what ended a SPRINTER run
     drafted: int = 0
     copied: int = 0
     ended_by: str | None = None  # what ended an untested run (SPRINTER: flag | cap | eog)
     bumps: tuple[str, ...] = ()  # counters of the proposing method's own to add one to (Counters.extra)
-    # where sources mix (splice: the draft writes, then a copy): (source, tokens) in order,
+    # where proposers mix (splice: the draft writes, then a copy): (proposer, tokens) in order,
     # for the tokens after the forced, trusted and grammar ones; empty: copies, then drafts
     segments: tuple[tuple[str, int], ...] = ()
 
@@ -50,27 +50,27 @@ class Proposal:
         offered; what the draft produced was produced all the same."""
         if n >= len(self.tokens):
             return self
-        in_tokens = sum(self.source_of(j) == "copy" for j in range(len(self.tokens)))
-        kept = sum(self.source_of(j) == "copy" for j in range(n))
+        in_tokens = sum(self.proposer_of(j) == "copy" for j in range(len(self.tokens)))
+        kept = sum(self.proposer_of(j) == "copy" for j in range(n))
         segments, left = [], n - self.forced - self.trusted - self.grammar
-        for source, count in self.segments:
+        for proposer, count in self.segments:
             if left > 0:
-                segments.append((source, min(count, left)))
+                segments.append((proposer, min(count, left)))
             left -= count
-        return Proposal(self.tokens[:n], self.q[:n], trusted=min(self.trusted, n), source=self.source,
+        return Proposal(self.tokens[:n], self.q[:n], trusted=min(self.trusted, n), proposer=self.proposer,
                         drafted=self.drafted, copied=self.copied - in_tokens + kept,
                         ended_by=self.ended_by, bumps=self.bumps, segments=tuple(segments))
 
-    def source_of(self, j: int) -> str:
+    def proposer_of(self, j: int) -> str:
         """Who proposed token j: "grammar" (the fast-forward span), then "copy" (the `copied`
         tokens after it) or "draft", in the order `segments` gives where it gives one."""
         start = self.forced + self.trusted + self.grammar
         if j < start:
             return "grammar"
         if self.segments:
-            for source, count in self.segments:
+            for proposer, count in self.segments:
                 if j < start + count:
-                    return source
+                    return proposer
                 start += count
             return "draft"
         # `copied` counts what a copy offered (staged: more than it kept); drafted tokens end it

@@ -236,7 +236,7 @@ class DraftProposer(Proposer):
             if grammar is not None:
                 grammar.rollback(moved)
         ended = self.rule.ended_by
-        return Proposal(tokens, qs, trusted=self.rule.trusted, source="draft", drafted=len(tokens),
+        return Proposal(tokens, qs, trusted=self.rule.trusted, proposer="draft", drafted=len(tokens),
                         ended_by=ended, bumps=(RUN_END_COUNTERS[ended],) if ended else ())
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:

@@ -55,7 +55,7 @@ class Constrained(Proposer):
             forced = self._forced(ctx, grammar, room)
             moved += len(forced)
             if forced and ctx.text_eog(forced[-1]):
-                return Proposal(forced, list(forced), forced=len(forced), source="grammar")
+                return Proposal(forced, list(forced), forced=len(forced), proposer="grammar")
             span: list[int] = []
             if self.inner.exact:
                 span = self._span_tokens(ctx, grammar, room - len(forced) - 1)
@@ -124,5 +124,5 @@ class Constrained(Proposer):
         n = grammar.validate(proposal.tokens)
         if n == len(proposal.tokens):
             return proposal
-        log.debug("%s proposal cut at %d of %d tokens by the grammar", proposal.source, n, len(proposal))
+        log.debug("%s proposal cut at %d of %d tokens by the grammar", proposal.proposer, n, len(proposal))
         return proposal.cut(n)

@@ -42,6 +42,25 @@ An edit that rewrites many lines rewrites lines of one kind (type hints: the `de
 each copied token is priced by what lines of its source line's kind let through so far in the
 reply (line_rates.py), and a proposal ends before the next line of an edited kind.
 
+The copy's state between rounds is one `Cursor`: where it stands in the source (`at`),
+whether it holds there (`held`), how long the reply has followed it (`run`), where the reply left
+it (`departure`), where it stood in the source while copying the reply's own text (`home`), and
+the edit token it may go on with (`resume`). A round's copy is an `Offer` of `CopiedToken`s,
+each with the source position after it and the edit and layout rule that made it.
+
+| state | event (in `_start`, then `feedback`) | next state |
+|---|---|---|
+| no copy (`at` None) | a match of the reply's last tokens | copying from the match's end |
+| held at `at` | the target's token is the source's there | held at `at` + 1, `run` + 1 |
+| held at `at` | it is the edit's next token (`resume`) | copying inside the edit |
+| held at `at` | any other token | departed at (`at`, the reply's end) |
+| departed | the reply wrote the source laid out otherwise | departed further on (layout) |
+| departed | a match near where it stood, or an anchor | copying there; the text between learned as an edit |
+| copying | accepted whole | held at the source after the last token |
+| copying | refused at token i | departed at the source after token i - 1 |
+| copying the reply's text | two of its tokens meet the source after `home` | copying the source |
+| copying | nothing pays for a call (cut at its first token) | held where the copy starts |
+
 Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
 cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
 place; the target then scores only what survived. The cut is a deterministic function of the
@@ -52,7 +71,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -60,7 +80,7 @@ from ...costs.pricing import best_length, best_prefix, best_staged_length
 from .base import Proposal, Proposer
 from .copy_evidence import CopyEvidence
 from .edit_memory import MAX_REPLACED, EditMemory
-from .layout import Layout
+from .layout import Layout, Position
 from .line_rates import LineRates
 
 if TYPE_CHECKING:
@@ -81,15 +101,19 @@ class SuffixIndex:
 
     A `source` (the client's predicted output) is indexed before the sequence, behind a
     separator no match crosses, and is the first place a match is looked for. `min_match` and
-    `max_match`: the shortest suffix looked up and the longest compared."""
+    `max_match`: the shortest suffix looked up and the longest compared. `prompt`: the request,
+    indexed before the reply."""
 
-    def __init__(self, source: Sequence[int] = (), *, min_match: int = MIN_MATCH,
+    def __init__(self, source: Sequence[int] = (), prompt: Sequence[int] = (), *, min_match: int = MIN_MATCH,
                  max_match: int = MAX_MATCH) -> None:
         self.min_match, self.max_match = min_match, max_match
         self.seq: list[int] = [*source, SEPARATOR] if source else []
         self.offset = len(self.seq)  # where the committed sequence starts in `seq`
         self.where: dict[tuple[int, ...], list[int]] = {}
         self._index(0)
+        if prompt:
+            self.extend(list(prompt))
+        self.reply_at = len(self.seq)  # where the reply starts: before it, the sources
 
     def _index(self, start: int) -> None:
         s, n = self.seq, self.min_match
@@ -144,15 +168,15 @@ class SuffixIndex:
                     break
         return best_len, best_end
 
-    def anchor(self, source: int, window: int | None = None, tail: Sequence[int] = ()) -> int:
-        """Where a copy that stood at `source` resumes: just past the first occurrence of the
-        sequence's last token (preferring its last two) in the `window` tokens from `source`;
+    def anchor(self, at: int, window: int | None = None, tail: Sequence[int] = ()) -> int:
+        """Where a copy that stood at `at` resumes: just past the first occurrence of the
+        sequence's last token (preferring its last two) in the `window` tokens from `at`;
         0 if none. `tail`: tokens after the sequence (not committed) whose end is looked up."""
         s = self.seq
         last = [*s[-2:], *tail][-2:]
         best, best_len = 0, 0
         window = ANCHOR_WINDOW if window is None else window
-        for j in range(source, min(source + window, len(s) - 2)):
+        for j in range(at, min(at + window, len(s) - 2)):
             if s[j] != last[-1]:
                 continue
             agree = 2 if j > 0 and s[j - 1] == last[-2] else 1
@@ -163,288 +187,325 @@ class SuffixIndex:
         return best
 
 
+@dataclass(frozen=True)
+class CopyPolicy:
+    """How the copy behaves. The shipped policy is the defaults; tools/replay.py builds the
+    others (`VARIANTS`) and compares them on recorded replies."""
+
+    anchor: bool = True  # re-anchor after a departure, and prefer a match near where the copy stood
+    anchor_window: int = ANCHOR_WINDOW  # source tokens after a departure searched for an anchor
+    align_window: int = ALIGN_WINDOW  # a match ending this close continues the copy (0: the longest)
+    min_match: int = MIN_MATCH  # the shortest suffix looked up
+    max_match: int = MAX_MATCH  # the longest suffix compared
+    spec_factor: int = SPEC_FACTOR  # the most tokens proposed per matched token
+    learn_edits: bool = True  # carry what the reply changed in its copies so far (edit_memory.py)
+    respell: bool = True  # a learned rename also at the word's other tokenizations
+    layout: bool = True  # lay copies out by the whitespace rules the reply taught (layout.py)
+    resume_edits: bool = True  # the copy goes on inside an edit the target is writing
+    return_home: bool = True  # a copy of the reply's own text gives way to the source where they meet
+    line_rates: bool = True  # price each token by what its kind of source line let through
+    # learn edits also where the copy was of the reply's own text (off: there the reply writes
+    # another function, not an edit of this one's source, and the memory learned false renames)
+    reply_edits: bool = False
+
+
+SHIPPED = CopyPolicy()
+
+
+class Departure(NamedTuple):
+    """Where the reply left the copy."""
+
+    at: int  # the source position of the token the reply did not copy
+    reply: int  # where the reply's own tokens start
+    skip: int = 0  # bytes of that source token the reply had written (a departure inside a token)
+
+
+class Resume(NamedTuple):
+    """The copy's token after a proposal, where an edit wrote it: if the target writes it, the
+    copy goes on inside the edit."""
+
+    token: int
+    at: int  # where the edit's source tokens start
+    written: int  # how many of the edit's written tokens the reply then holds
+
+
+@dataclass
+class Cursor:
+    """Where the copy stands between rounds (the transition table: the module's docstring)."""
+
+    at: int | None = None  # the source position the copy stands at (None: no copy yet)
+    held: bool = False  # the copy stands: the next round reads the target's token against it
+    run: int = 0  # tokens the reply has followed the copy in a row (priced like a match as long)
+    departure: Departure | None = None  # the reply left the copy here and has not come back
+    home: int | None = None  # copying the reply's own text: where the copy stood in the source
+    resume: Resume | None = None  # the copy's next token, where an edit wrote it
+
+
+@dataclass(frozen=True)
+class CopiedToken:
+    """One token of a copy, as the reply would write it."""
+
+    token: int
+    after: Position  # where the source goes on after it (token, bytes of that token written)
+    by: int = -1  # the edit memory's substitution that wrote it (-1: none)
+    laid: int = -1  # the layout rule that laid it out (-1: none)
+
+    @property
+    def as_source(self) -> bool:
+        """Copied as the source has it (no edit, no layout)."""
+        return self.by < 0 and self.laid < 0
+
+
+class Start(NamedTuple):
+    """Where a round's copy starts (`PromptLookup._start`)."""
+
+    at: int  # the source position copied from
+    skip: int  # bytes of that token the reply has written
+    match: int  # the match length it is priced as
+    bucket: int  # its evidence bucket
+    projected: bool = False  # the reply's text read against the source laid out otherwise
+    drop: int = 0  # the edit's written tokens the reply already holds (a copy inside an edit)
+
+
+@dataclass
+class Offer:
+    """The round's copy, as `feedback` reads it."""
+
+    bucket: int
+    start: Position  # where in the source it starts
+    reply: int  # where in the reply it starts
+    copied: list[CopiedToken]  # the copy before it was cut to the proposal
+    heads: list[int] = field(default_factory=list)  # the kind of source line each proposed token copies
+    staged: tuple[int, int] | None = None  # the draft checked it first: (tokens checked, agreed)
+
+
 class PromptLookup(Proposer):
-    """`stage`: never (one model), always (`staged`), or by cost (None: what `auto` runs).
-    `learn_edits`: carry what the reply changed in its copies so far (edit_memory.py);
-    `respell`: a learned rename also at the word's other tokenizations (the target's tokenizer);
-    `layout`: lay copies out by the whitespace rules the reply's departures taught (layout.py).
-    `anchor`: re-anchor after a departure, within `anchor_window` source tokens, and prefer a
-    match ending within `align_window` tokens of where the copy stood (0: the longest). `min_match`,
-    `max_match`, `spec_factor`: the shortest suffix looked up, the longest compared, the most
-    tokens proposed per matched token. `reply_edits`: learn edits also where the copy was of the
-    reply's own text (off: there the reply writes another function, not an edit of this one's
-    source, and the memory learned renames that were not). The shipped policy is the defaults;
-    the others are tried by replaying recorded replies (tools/replay.py)."""
+    """The copy. `stage`: whether the draft checks each span first (`staged`); `policy`: how the
+    copy behaves (`CopyPolicy`)."""
 
     name = "lookup"
 
-    def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool | None = False,
-                 anchor: bool = True, learn_edits: bool = True, respell: bool = True, layout: bool = True,
-                 anchor_window: int = ANCHOR_WINDOW, align_window: int = ALIGN_WINDOW,
-                 min_match: int = MIN_MATCH, max_match: int = MAX_MATCH, spec_factor: int = SPEC_FACTOR,
-                 resume_edits: bool = True, return_home: bool = True, line_rates: bool = True,
-                 reply_edits: bool = False):
+    def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool = False,
+                 policy: CopyPolicy = SHIPPED):
         self.evidence = evidence if evidence is not None else CopyEvidence()
-        self.stage = stage
-        self.anchor = anchor
-        self.learn_edits = learn_edits
-        self.respell = respell
-        self.learn_layout = layout
-        self.anchor_window, self.align_window = anchor_window, align_window
-        self.resume_edits, self.return_home, self.line_rates = resume_edits, return_home, line_rates
-        self.reply_edits = reply_edits
-        self.min_match, self.max_match, self.spec_factor = min_match, max_match, spec_factor
-        self.uses_draft = stage is not False
-        self.index = SuffixIndex(min_match=min_match, max_match=max_match)
+        self.stage = self.uses_draft = stage
+        self.policy = policy
+        self.index = SuffixIndex(min_match=policy.min_match, max_match=policy.max_match)
         self.memory = EditMemory()
         self.layout = Layout()
         self.lines = LineRates()
-        self._bucket = self._span = self._cut = self._end = self._round_start = 0
-        self._was_staged = False  # the last proposal went through the draft first
-        self._source: int | None = None  # where the last copy stood in the source
-        self._depart: tuple[int, int] | None = None  # (source, reply) positions where they parted
-        self._held = False  # the last proposal was accepted whole: the copy goes on
-        self._run = 0  # how many tokens the reply has agreed with the copy's source in a row
-        self._after: list[tuple[int, int]] = []  # the source (token, byte) after each proposed token
-        self._by: list[int] = []  # the substitution that wrote each proposed token (-1: none)
-        self._laid: list[int] = []  # the layout rule that laid out each proposed token (-1: none)
-        self._heads: list[int] = []  # the kind of source line each proposed token copies (line_rates.py)
-        self._depart_skip = 0  # bytes of the departure's source token the reply had written
-        self._end_skip = 0  # bytes of the proposal's first source token the reply had written
-        self._projected = False  # the proposal continues the source laid out otherwise
-        # the copy's token after the proposal where an edit wrote it: (token, the source position
-        # of the substitution it is in, how many of its written tokens it completes)
-        self._next: tuple[int, int, int] | None = None
-        self._copied: list[int] = []  # the last copy, before it was cut to a proposal
-        self._drop = 0  # written tokens of the substitution this proposal starts in, already in the reply
-        self._reply_at = 0  # where the reply starts in the index: before it, the sources
-        self._home: int | None = None  # where the copy stood in a source when it went on from the reply
+        self.cursor = Cursor()
+        self.offer: Offer | None = None
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
-        self.index = SuffixIndex(ctx.prediction, min_match=self.min_match, max_match=self.max_match)
-        self.index.extend(prompt)
-        self._reply_at, self._home = len(self.index.seq), None
-        self.memory = EditMemory(ctx.target if self.respell else None)  # its tokenizer spells renames
-        self.layout = Layout(ctx.target if self.learn_layout else None)
-        self.lines = LineRates(ctx.target if self.line_rates else None)
-        self._source, self._depart, self._held = None, None, False
-        self._depart_skip = 0
+        p = self.policy
+        self.index = SuffixIndex(ctx.prediction, prompt, min_match=p.min_match, max_match=p.max_match)
+        self.memory = EditMemory(ctx.target if p.respell else None)  # its tokenizer spells renames
+        self.layout = Layout(ctx.target if p.layout else None)
+        self.lines = LineRates(ctx.target if p.line_rates else None)
+        self.cursor, self.offer = Cursor(), None
 
-    def _start(self, seq: list[int]) -> tuple[int, int, int, int] | None:
-        """(source position to copy from, bytes of that token the reply has written, match
-        length, evidence bucket), or None."""
-        s = self.index.seq
-        held, self._held, self._projected = self._held, False, False
-        nxt, self._next, self._drop = self._next, None, 0
-        if held and self._source is not None and self._source < len(s) - 1:
-            if nxt is not None and nxt[0] == seq[-1] and self._resumes(seq, nxt[1], nxt[2]):
+    # ------------------------------------------------------------------ where the copy starts
+    def _start(self, seq: list[int]) -> Start | None:
+        """Where this round's copy starts, moving the cursor; None: no copy continues the reply."""
+        s, c, p = self.index.seq, self.cursor, self.policy
+        held, c.held = c.held, False
+        resume, c.resume = c.resume, None
+        if held and c.at is not None and c.at < len(s) - 1:
+            if resume is not None and resume.token == seq[-1] and self._resumes(seq, resume):
                 # the target wrote on as the edit does: the copy goes on inside the substitution
-                self._run += 1
-                self._drop = nxt[2]
-                return nxt[1], 0, self.max_match, self.evidence.bucket(self._run)
-            if s[self._source] == seq[-1]:  # the target's own token after the copy continued it
+                c.run += 1
+                return Start(resume.at, 0, p.max_match, self.evidence.bucket(c.run), drop=resume.written)
+            if s[c.at] == seq[-1]:  # the target's own token after the copy continued it
                 self.evidence.copied[seq[-1]] += 1
-                self.layout.saw(s, self._source)
-                self._run += 1  # a copy that has held this long is as safe as a match as long
-                return self._source + 1, 0, self.max_match, self.evidence.bucket(self._run)
-            self._depart, self._depart_skip = (self._source, len(seq) - 1), 0
-        if self._depart is not None and self.anchor and self.learn_layout:
-            found = self._relaid(seq)
+                self.layout.saw(s, c.at)
+                c.run += 1  # a copy that has held this long is as safe as a match as long
+                return Start(c.at + 1, 0, p.max_match, self.evidence.bucket(c.run))
+            c.departure = Departure(c.at, len(seq) - 1)
+        if c.departure is not None and p.anchor and p.layout:
+            found = self._relaid(seq, c.departure)
             if found is not None:
                 return found
-            if self._source is not None:  # the reply changed the text: find the source again
-                at = self.layout.find(s, self._source, seq[-8:])
+            if c.at is not None:  # the reply changed the text: find the source again
+                at = self.layout.find(s, c.at, seq[-8:])
                 if at is not None:
-                    self._depart, self._depart_skip, self._projected = (at[0], len(seq)), at[1], True
-                    run = self.min_match
-                    return at[0], at[1], run, self.evidence.bucket(run)
-        match, end = self.index.match(self._source if self.anchor else None, self.align_window)
+                    c.departure = Departure(at[0], len(seq), at[1])
+                    return Start(at[0], at[1], p.min_match, self.evidence.bucket(p.min_match), projected=True)
+        match, end = self.index.match(c.at if p.anchor else None, p.align_window)
         b, aligned = self.evidence.bucket(match), match
-        if match and end < self._reply_at:  # a copy of a source: no way home to keep
-            self._home = None
-        elif match and self._source is not None and self._source < self._reply_at:
-            self._home = self._source  # a copy of the reply's own text: where it stood in the source
-        if not match and self.anchor and self._source is not None:
-            end, b = self.index.anchor(self._source, self.anchor_window), self.evidence.anchor_slot
-            match = self.min_match if end else 0  # an anchor is worth a short match's span
+        if match and end < self.index.reply_at:  # a copy of a source: no way home to keep
+            c.home = None
+        elif match and c.at is not None and c.at < self.index.reply_at:
+            c.home = c.at  # a copy of the reply's own text: where it stood in the source
+        if not match and p.anchor and c.at is not None:
+            end, b = self.index.anchor(c.at, p.anchor_window), self.evidence.anchor_slot
+            match = p.min_match if end else 0  # an anchor is worth a short match's span
             aligned = 1
         if not match:
             return None
-        self._run = aligned
-        if self._depart is not None:
-            (d_src, d_rep), self._depart = self._depart, None
-            if not self._depart_skip:  # (a departure inside a token is the layout's)
-                self._learn(seq, d_src, d_rep, end - aligned, len(seq) - aligned)
-        return end, 0, match, b
+        c.run = aligned
+        if c.departure is not None:
+            d, c.departure = c.departure, None
+            if not d.skip:  # (a departure inside a token is the layout's)
+                self._learn(seq, d, end - aligned, len(seq) - aligned)
+        return Start(end, 0, match, b)
 
-    def _resumes(self, seq: list[int], at: int, written: int) -> bool:
-        """Whether the copy from source position `at`, edits made, starts with the reply's last
-        `written` tokens (a substitution there the reply is writing)."""
-        s = self.index.seq
+    def _resumes(self, seq: list[int], resume: Resume) -> bool:
+        """Whether the copy from the edit's source position, edits made, starts with the reply's
+        last `written` tokens (the reply is writing that substitution)."""
+        s, at, written = self.index.seq, resume.at, resume.written
         tokens, _, _ = self.memory.apply(s, at, min(len(s), at + MAX_REPLACED + 1))
         return len(tokens) > written and tokens[:written] == seq[-written:]
 
-    def _next_of(self, k: int) -> tuple[int, int, int] | None:
-        """The copy's token k (the one after a proposal of k tokens) where a substitution wrote it,
-        with where that substitution's source tokens start and how many of its written tokens
-        the reply holds once it is written; None: a token of the source as it is (or none)."""
-        by, after = self._by, self._after
-        if not self.resume_edits or k >= len(by) or by[k] < 0 or self._laid[k] >= 0:
-            return None
-        j = k
-        while j > 0 and by[j - 1] == by[k] and after[j - 1] == after[k]:
-            j -= 1
-        written = k - j + 1 + (self._drop if j == 0 else 0)
-        return self._copied[k], after[k][0] - self.memory.substitution(by[k]).width, written
-
-    def _relaid(self, seq: list[int]) -> tuple[int, int, int, int] | None:
-        """Where the copy goes on when the reply, since it departed, wrote its source again
-        laid out otherwise (the same non-blank bytes): as `_start`; None where it wrote
-        something else. Where the two meet at a token boundary, the gaps between are learned."""
-        assert self._depart is not None
-        s = self.index.seq
-        d_rep, start = self._depart[1], (self._depart[0], self._depart_skip)
-        at = self.layout.project(s, start, seq[d_rep:])
+    def _relaid(self, seq: list[int], d: Departure) -> Start | None:
+        """Where the copy goes on when the reply, since it departed at `d`, wrote its source
+        again laid out otherwise (the same non-blank bytes); None where it wrote something
+        else. Where the two meet at a token boundary, the gaps between are learned."""
+        s, c = self.index.seq, self.cursor
+        start = (d.at, d.skip)
+        at = self.layout.project(s, start, seq[d.reply:])
         if at is None or (not self.layout.active and (at == start or at[1])):
             return None  # (until the reply has laid out anew, it shows a layout where it meets the source)
         if at[1] == 0 and at != start:
-            self.layout.learn(s, start, at, seq[:d_rep], seq[d_rep:])
-            self._depart, self._depart_skip = (at[0], len(seq)), 0
-        self._projected = True
-        self._run = max(self._run + 1, self.min_match)  # the reply followed the source a token more
-        return at[0], at[1], self._run, self.evidence.bucket(self._run)
+            self.layout.learn(s, start, at, seq[:d.reply], seq[d.reply:])
+            c.departure = Departure(at[0], len(seq))
+        c.run = max(c.run + 1, self.policy.min_match)  # the reply followed the source a token more
+        return Start(at[0], at[1], c.run, self.evidence.bucket(c.run), projected=True)
 
-    def _learn(self, seq: list[int], d_src: int, d_rep: int, source: int, reply: int) -> None:
-        """The copy parted from source[d_src] at seq[d_rep] and resumed: source[source:] again
-        lines up with seq[reply:]. What the reply wrote in between replaced what the source had,
-        where the copy was of a source (the prompt, a predicted output), not of the reply."""
-        if d_src >= self._reply_at and not self.reply_edits:
+    def _learn(self, seq: list[int], d: Departure, at: int, reply: int) -> None:
+        """The copy parted at `d` and resumed: the source from `at` again lines up with seq[reply:].
+        What the reply wrote in between replaced what the source had, where the copy was of a
+        source (the prompt, a predicted output), not of the reply."""
+        if d.at >= self.index.reply_at and not self.policy.reply_edits:
             return  # a copy of the reply's own text (a similar function): it differs, no edit made
-        if self.learn_edits and 0 < d_src <= source and d_rep <= reply:
+        if self.policy.learn_edits and 0 < d.at <= at and d.reply <= reply:
             s = self.index.seq
-            prose = self.memory.in_prose(s, d_src)
-            self.memory.learn(s[d_src - 1], s[d_src:source], seq[d_rep:reply], prose)
-            self.memory.respell(s, s[d_src:source], seq[d_rep:reply], context=s[d_src - 1],
-                                prose=prose)
+            old, new = s[d.at:at], seq[d.reply:reply]
+            prose = self.memory.in_prose(s, d.at)
+            self.memory.learn(s[d.at - 1], old, new, prose)
+            self.memory.respell(s, old, new, context=s[d.at - 1], prose=prose)
 
+    # ------------------------------------------------------------------ the proposal
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
+        proposal = self.continue_copy(ctx, seq)
+        return proposal if proposal is not None else Proposal()
+
+    def continue_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal | None:
+        """This round's proposal; None where no copy continues the reply (splice writes there)."""
         self.index.extend(seq)
-        self._round_start = len(seq)
-        self._was_staged, self._heads = False, []
-        found = self._start(seq)
-        if found is None:
-            return self._no_copy(ctx, seq)
-        end, skip, match, b = found
-        s = self.index.seq
-        stop = min(len(s), end + min(MAX_PROPOSAL, self.spec_factor * match, max(ctx.remaining - 1, 0)))
+        self.offer = None
+        start = self._start(seq)
+        if start is None:
+            return None
+        s, c, p = self.index.seq, self.cursor, self.policy
+        end, skip, drop = start.at, start.skip, start.drop
+        stop = min(len(s), end + min(MAX_PROPOSAL, p.spec_factor * start.match, max(ctx.remaining - 1, 0)))
         if SEPARATOR in s[end:stop]:  # a copy from the predicted output ends where it ends
             stop = s.index(SEPARATOR, end)
         if stop <= end:
             return Proposal()
-        self._bucket, self._end, self._end_skip = b, end, skip
-        a = self.evidence.rate(b)
+        a = self.evidence.rate(start.bucket)
         assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
         costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
-        stage = self.stage
-        if stage is not False and ctx.has_draft and costs.draft is not None and not skip and not self._drop:
-            k_staged, staged_ms = best_staged_length(a, stop - end, costs.target, costs.draft)
-            if stage is None:
-                stage = staged_ms < min(best_length(a, stop - end, costs.target)[1], costs.target.cost(1))
-            if stage:
-                return self._staged(ctx, seq, s[end:end + k_staged])
-        tokens, aligned = self._copy(seq, end, stop, skip, self._drop)
-        if self._home is not None and self.return_home and aligned is None and not skip and not self._drop:
-            tokens = self._homeward(seq, tokens)
-        self._copied = tokens
-        tokens = tokens[:max(ctx.remaining - 1, 0)]
-        stops = (i for i, t in enumerate(tokens) if self._as_source(i) and self.evidence.stops_at(t))
-        cut = next(stops, None)
+        if self.stage and ctx.has_draft and costs.draft is not None and not skip and not drop:
+            k_staged, _ = best_staged_length(a, stop - end, costs.target, costs.draft)
+            return self._staged(ctx, seq, start, s[end:end + k_staged])
+        copied, aligned = self._copy(seq, end, stop, skip, drop)
+        if c.home is not None and p.return_home and aligned is None and not skip and not drop:
+            copied = self._homeward(seq, copied)
+        offer = self.offer = Offer(start.bucket, (end, skip), len(seq), copied)
+        room = copied[:max(ctx.remaining - 1, 0)]
+        cut = self._first_stop(room)
         if cut == 0:  # the target writes this one itself; the copy goes on after it
-            self._stand(end, skip)
+            self._stand(start)
             return Proposal()
-        tokens = tokens[:cut]
-        self._heads = [self.lines.head(s, self._after[i][0] - 1) for i in range(len(tokens))]
-        if self.line_rates:
-            k = best_prefix(self.lines.rates(a, self._heads), costs.target)
+        room = room[:cut]
+        heads = [self.lines.head(s, t.after[0] - 1) for t in room]
+        if p.line_rates:
+            k = best_prefix(self.lines.rates(a, heads), costs.target)
         else:
-            k, _ = best_length(a, len(tokens), costs.target)
+            k, _ = best_length(a, len(room), costs.target)
         if aligned is not None:  # end where a source token ends, so the copy goes on after it
             k = next((j for j in range(k, 0, -1) if aligned[j - 1]), k)
         if k == 0:  # too unsure to pay for a call
             if self.layout.active:  # in a reply laying out anew the copy still stands where it is
-                self._stand(end, skip)
+                self._stand(start)
             return Proposal()
-        self._next = self._next_of(k)
-        tokens, self._heads = list(tokens[:k]), self._heads[:k]
-        return Proposal(tokens, list(tokens), source="lookup", copied=len(tokens))
+        c.resume = self._resume_at(copied, k, drop)
+        offer.heads = heads[:k]
+        tokens = [t.token for t in room[:k]]
+        return Proposal(tokens, list(tokens), proposer="lookup", copied=len(tokens))
 
-    def _homeward(self, seq: list[int], tokens: list[int]) -> list[int]:
+    def _first_stop(self, copied: Sequence[CopiedToken]) -> int | None:
+        """The first token copied as the source has it that the target refuses more often than
+        it copies (the prompt's closing code fence, spelled otherwise by the reply)."""
+        stops = self.evidence.stops_at
+        return next((i for i, t in enumerate(copied) if t.as_source and stops(t.token)), None)
+
+    def _resume_at(self, copied: list[CopiedToken], k: int, drop: int) -> Resume | None:
+        """The copy's token k (the one after a proposal of k tokens) where a substitution wrote
+        it; None: a token of the source as it is (or none)."""
+        if not self.policy.resume_edits or k >= len(copied) or copied[k].by < 0 or copied[k].laid >= 0:
+            return None
+        t, j = copied[k], k
+        while j > 0 and copied[j - 1].by == t.by and copied[j - 1].after == t.after:
+            j -= 1
+        written = k - j + 1 + (drop if j == 0 else 0)
+        return Resume(t.token, t.after[0] - self.memory.substitution(t.by).width, written)
+
+    def _homeward(self, seq: list[int], copied: list[CopiedToken]) -> list[CopiedToken]:
         """A copy of the reply's own text (a similar function written before) given up for the
         source where two of its tokens meet the source just after where the copy left it: past
         that, the source's text is this function's (its operator, its name), the reply's another's."""
-        assert self._home is not None
-        s, home = self.index.seq, self._home
+        c, s, reply_at = self.cursor, self.index.seq, self.index.reply_at
+        assert c.home is not None
+        tokens = [t.token for t in copied]
         for j in range(1, len(tokens)):
             a, b = seq[-1] if j == 1 else tokens[j - 2], tokens[j - 1]
-            for h in range(max(home, 1), min(home + self.anchor_window + j, self._reply_at - 1)):
+            for h in range(max(c.home, 1), min(c.home + self.policy.anchor_window + j, reply_at - 1)):
                 if s[h] != b or s[h - 1] != a or s[h + 1] == SEPARATOR:
                     continue
-                whole = self._after, self._by, self._laid
-                kept = self._after[:j], self._by[:j], self._laid[:j]
                 stop = h + 1 + len(tokens) - j
                 if SEPARATOR in s[h + 1:stop]:
                     stop = s.index(SEPARATOR, h + 1)
-                rest, aligned = self._copy(seq + tokens[:j], h + 1, min(stop, self._reply_at))
-                if aligned is not None or not rest:  # the reply's copy stands, with what it kept
-                    self._after, self._by, self._laid = whole
-                    return tokens
-                self._after, self._by = kept[0] + self._after, kept[1] + self._by
-                self._laid = kept[2] + self._laid
-                self._home = None
-                return tokens[:j] + rest
-        return tokens
+                rest, aligned = self._copy(seq + tokens[:j], h + 1, min(stop, reply_at))
+                if aligned is not None or not rest:  # the reply's copy stands
+                    return copied
+                c.home = None
+                return copied[:j] + rest
+        return copied
 
-    def _stand(self, end: int, skip: int) -> None:
-        """No proposal this round, but the copy stands at source token `end` (`skip` bytes of
-        it written): the target's token is read against it next round."""
-        if not self._projected and not skip:
-            self._held, self._source = True, end
+    def _stand(self, start: Start) -> None:
+        """No proposal this round, but the copy stands where it started: the target's token is
+        read against it next round."""
+        if not start.projected and not start.skip:
+            self.cursor.held, self.cursor.at = True, start.at
         # a projected copy keeps its departure: the next round reads the reply from there again
 
     def _copy(self, seq: list[int], start: int, stop: int, skip: int = 0,
-              drop: int = 0) -> tuple[list[int], list[bool] | None]:
+              drop: int = 0) -> tuple[list[CopiedToken], list[bool] | None]:
         """The indexed tokens from `start` to `stop` (the first `skip` bytes of the first
         written; the first `drop` tokens, a substitution's, all written) as the reply `seq` would
         copy them: edits made, laid out as it lays them out; with whether each ends where a
-        source token ends (None: all do). Keeps the source position after each token and what
-        changed it."""
+        source token ends (None: all do)."""
         s = self.index.seq
-        tokens, after, self._by = self.memory.apply(s, start, stop)
-        if drop:
-            tokens, after, self._by = tokens[drop:], after[drop:], self._by[drop:]
+        tokens, after, by = self.memory.apply(s, start, stop)
+        tokens, after, by = tokens[drop:], after[drop:], by[drop:]
         laid = None
         # (no copy laid out from a substitution half written)
-        if not drop and (not skip or (self._by and self._by[0] < 0)):
-            laid = self.layout.apply(seq, s, (start, skip), tokens, after, self._by)
+        if not drop and (not skip or (by and by[0] < 0)):
+            laid = self.layout.apply(seq, s, (start, skip), tokens, after, by)
         if laid is None:
             if skip:  # a token half written is copied only laid out
-                tokens, after, self._by = [], [], []
-            self._after, self._laid = [(a, 0) for a in after], [-1] * len(tokens)
-            return tokens, None
+                return [], None
+            return [CopiedToken(t, (a, 0), w) for t, a, w in zip(tokens, after, by, strict=True)], None
         n = laid.unknown if laid.unknown is not None and self.layout.active else len(laid.tokens)
         # up to a gap it cannot tell, and what is kept of each token with it
-        self._after, self._by, self._laid = laid.after[:n], laid.by[:n], laid.rules[:n]
-        return laid.tokens[:n], [b == 0 for _, b in laid.after[:n]]
+        copied = [CopiedToken(*t) for t in zip(laid.tokens[:n], laid.after[:n], laid.by[:n], laid.rules[:n],
+                                                 strict=True)]
+        return copied, [b == 0 for _, b in laid.after[:n]]
 
-    def _as_source(self, i: int) -> bool:
-        """Whether the i-th proposed token is copied as the source has it (no edit, no layout)."""
-        return self._by[i] < 0 and self._laid[i] < 0
-
-    def _no_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
-        """The proposal where no copy continues the reply (splice.py writes one): a plain step."""
-        return Proposal()
-
-    def _staged(self, ctx: DecodeContext, seq: list[int], follow: list[int]) -> Proposal:
+    def _staged(self, ctx: DecodeContext, seq: list[int], start: Start, follow: list[int]) -> Proposal:
         """The draft reads the span in one decode; keep what it agrees with, plus its own
         token where it first disagrees (or after the span)."""
         out = ctx.draft_step(seq + follow, n_logits=len(follow) + 1)
@@ -455,32 +516,55 @@ class PromptLookup(Proposer):
         tokens = list(follow[:cut])
         if cut < ctx.remaining - 1 and not (tokens and ctx.text_eog(tokens[-1])):
             tokens.append(int(choice[cut]))
-        self._span, self._cut, self._was_staged = len(follow), cut, True
-        return Proposal(tokens, list(tokens), source="staged", copied=len(follow), drafted=len(tokens) - cut)
+        self.offer = Offer(start.bucket, (start.at, start.skip), len(seq), [], staged=(len(follow), cut))
+        return Proposal(tokens, list(tokens), proposer="staged", copied=len(follow),
+                        drafted=len(tokens) - cut)
 
+    # ------------------------------------------------------------------ what a splice composes
+    def copy_from(self, seq: list[int], start: int, stop: int) -> list[CopiedToken]:
+        """The source from position `start` to `stop` as the reply `seq` would copy it (edits
+        made, laid out), ending before a token the target refuses more often than it copies."""
+        copied, _ = self._copy(seq, start, stop)
+        return copied[:self._first_stop(copied)]
+
+    def offer_copy(self, copied: list[CopiedToken], start: int, reply: int) -> None:
+        """A copy proposed after tokens written otherwise: anchored at source `start`, from reply
+        position `reply` on; `feedback` then reads it as this round's copy."""
+        self.offer = Offer(self.evidence.anchor_slot, (start, 0), reply, copied)
+
+    def learn_departure(self, seq: list[int], at: int, reply: int) -> None:
+        """The reply, departed from the copy, lines up with the source again (the source from
+        `at` with seq[reply:]): what it wrote in between is learned as an edit of that source."""
+        d, self.cursor.departure = self.cursor.departure, None
+        if d is not None:
+            self._learn(seq, d, at, reply)
+
+    # ------------------------------------------------------------------ what the target kept
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
-        if not proposal.tokens:
+        offer, c = self.offer, self.cursor
+        if not proposal.tokens or offer is None:
             return
-        if self._was_staged:  # the draft's agreement stands in for the target's on the cut part
-            copied = min(self._cut, accepted)
-            self.evidence.add(self._bucket, copied, stopped=copied < self._span)
-            self._source = self._end + copied
+        if offer.staged is not None:  # the draft's agreement stands in for the target's on the cut part
+            span, cut = offer.staged
+            copied = min(cut, accepted)
+            self.evidence.add(offer.bucket, copied, stopped=copied < span)
+            c.at = offer.start[0] + copied
             return
         n = len(proposal)
-        self.evidence.add(self._bucket, accepted, stopped=accepted < n)
+        self.evidence.add(offer.bucket, accepted, stopped=accepted < n)
         for i, t in enumerate(proposal.tokens[:accepted + 1]):
-            if self._as_source(i):
+            if offer.copied[i].as_source:  # what the target did with a token as its source has it
                 (self.evidence.copied if i < accepted else self.evidence.refused)[t] += 1
-        self.memory.score(self._by[:n], accepted)
-        self.layout.score(self._laid[:n], accepted)
-        if len(self._heads) == n:  # (a splice's copy after written tokens has none)
-            self.lines.score(self._heads, accepted)
+        self.memory.score([t.by for t in offer.copied[:n]], accepted)
+        self.layout.score([t.laid for t in offer.copied[:n]], accepted)
+        if len(offer.heads) == n:  # (a splice's copy after written tokens has none)
+            self.lines.score(offer.heads, accepted)
         if accepted >= n:
-            self._source, skip = self._after[n - 1]
-            self._held, self._depart = not skip, None
+            c.at, skip = offer.copied[n - 1].after
+            c.held, c.departure = not skip, None
             if skip:  # the copy stopped inside a token: read the reply from there
-                self._depart, self._depart_skip = (self._source, self._round_start + n), skip
-            self._run += n
+                c.departure = Departure(c.at, offer.reply + n, skip)
+            c.run += n
         else:  # the first source byte the reply did not copy; the reply's token in its place
-            self._source, skip = self._after[accepted - 1] if accepted else (self._end, self._end_skip)
-            self._depart, self._depart_skip = (self._source, self._round_start + accepted), skip
+            c.at, skip = offer.copied[accepted - 1].after if accepted else offer.start
+            c.departure = Departure(c.at, offer.reply + accepted, skip)

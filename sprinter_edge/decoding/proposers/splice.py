@@ -28,9 +28,17 @@ import numpy as np
 
 from ...costs.evidence import Rate
 from ...costs.pricing import best_prefix
-from .base import Proposal
-from .copy_evidence import ANCHOR, CopyEvidence
-from .prompt_lookup import ANCHOR_WINDOW, MAX_PROPOSAL, SEPARATOR, PromptLookup
+from .base import Proposal, Proposer
+from .copy_evidence import CopyEvidence
+from .prompt_lookup import (
+    ANCHOR_WINDOW,
+    MAX_PROPOSAL,
+    SEPARATOR,
+    SHIPPED,
+    CopiedToken,
+    CopyPolicy,
+    PromptLookup,
+)
 
 if TYPE_CHECKING:
     from ..context import DecodeContext
@@ -48,7 +56,7 @@ class WriteEvidence:
 
 
 @dataclass
-class _Written:
+class Written:
     """The round's written part: how many tokens, where the copy resumed after them (source
     position, 0: it did not), how many of their last tokens line up with the source, and the
     reply as it stands after them."""
@@ -59,37 +67,39 @@ class _Written:
     reply: list[int]
 
 
-class Splice(PromptLookup):
-    """Prompt lookup whose departures the draft writes (see the module's docstring)."""
+class Splice(Proposer):
+    """The copy (`PromptLookup`), and the draft writing where it departs (the module's docstring).
+    `policy`: the copy's."""
 
     name = "splice"
+    uses_draft = True
 
     def __init__(self, evidence: CopyEvidence | None = None, writes: WriteEvidence | None = None, *,
-                 write_len: int = 8, anchor: bool = True, learn_edits: bool = True):
-        super().__init__(evidence, stage=False, anchor=anchor, learn_edits=learn_edits)
-        self.uses_draft = True
+                 write_len: int = 8, policy: CopyPolicy = SHIPPED):
+        self.copy = PromptLookup(evidence, policy=policy)
         self.writes = writes if writes is not None else WriteEvidence()
         self.write_len = write_len
-        self._written: _Written | None = None  # the last proposal's written part
+        self.written: Written | None = None  # the last proposal's written part
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
-        super().begin(ctx, prompt)
+        self.copy.begin(ctx, prompt)
         if ctx.has_draft and ctx.draft_behind(prompt) > 1:  # a plan switched to mid-reply: it was priced
             ctx.draft_step(prompt)
 
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
-        self._written = None
-        return super().propose(ctx, seq)
-
-    # ------------------------------------------------------------------ writing
-    def _no_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
-        if self._source is None or not ctx.has_draft or ctx.remaining <= 2 or not self._pays(ctx, seq):
+        self.written = None
+        proposal = self.copy.continue_copy(ctx, seq)
+        if proposal is not None:
+            return proposal
+        copied_before = self.copy.cursor.at is not None  # the reply is reworking a source
+        if not copied_before or not ctx.has_draft or ctx.remaining <= 2 or not self._pays(ctx, seq):
             return Proposal()
         tokens, resume, aligned = self._draft(ctx, seq)
         if not tokens:
             return Proposal()
         return self._proposal(ctx, seq, tokens, resume, aligned)
 
+    # ------------------------------------------------------------------ writing
     def _pays(self, ctx: DecodeContext, seq: list[int]) -> bool:
         """Whether writing is predicted cheaper per token than plain steps: the draft's catch-up
         and steps plus the target rows they add, over the tokens they are expected to yield."""
@@ -107,7 +117,8 @@ class Splice(PromptLookup):
         """The draft's greedy tokens after `seq`, until the source resumes after them (or
         `write_len`, an end token, the budget): (tokens, source position the copy resumes at or
         0, tokens lined up)."""
-        assert self._source is not None
+        stood, index = self.copy.cursor.at, self.copy.index
+        assert stood is not None
         tokens: list[int] = []
         room = min(self.write_len, ctx.remaining - 2)
         while len(tokens) < room:
@@ -117,9 +128,9 @@ class Splice(PromptLookup):
             if ctx.text_eog(token):
                 break
             # the source may have lost about as many tokens as the reply wrote
-            resume = self.index.anchor(self._source, ANCHOR_WINDOW + len(tokens), tail=tokens)
+            resume = index.anchor(stood, ANCHOR_WINDOW + len(tokens), tail=tokens)
             if resume:
-                s = self.index.seq
+                s = index.seq
                 aligned = 2 if len(tokens) >= 2 and resume >= 2 and s[resume - 2] == tokens[-2] else 1
                 return tokens, resume, aligned
         return tokens, 0, 0
@@ -129,47 +140,39 @@ class Splice(PromptLookup):
         """The written tokens and, after them, the copy from `resume`, cut where tokens per
         millisecond peak (nothing: a plain step)."""
         assert ctx.costs is not None
-        s = self.index.seq
-        copy: list[int] = []
+        s = self.copy.index.seq
+        copy: list[CopiedToken] = []
         if resume:
-            room = min(MAX_PROPOSAL, max(ctx.remaining - 1, 0)) - len(written)
-            stop = min(len(s), resume + max(room, 0))
+            room = max(min(MAX_PROPOSAL, max(ctx.remaining - 1, 0)) - len(written), 0)
+            stop = min(len(s), resume + room)
             if SEPARATOR in s[resume:stop]:
                 stop = s.index(SEPARATOR, resume)
-            copy, _ = self._copy(seq + written, resume, max(stop, resume))
-            copy = copy[:max(room, 0)]
-            cut = next((i for i, t in enumerate(copy) if self._as_source(i) and self.evidence.stops_at(t)),
-                       len(copy))
-            copy = copy[:cut]
+            copy = self.copy.copy_from(seq + written, resume, max(stop, resume))[:room]
         target = ctx.costs.at(len(seq)).target
-        probs = [self.writes.accept.value] * len(written) + [self.evidence.rate(ANCHOR)] * len(copy)
-        n = best_prefix(probs, target)
+        copy_rate = self.copy.evidence.rate(self.copy.evidence.anchor_slot)
+        n = best_prefix([self.writes.accept.value] * len(written) + [copy_rate] * len(copy), target)
         if n == 0:
             return Proposal()
-        tokens = (written + copy)[:n]
+        tokens = (written + [t.token for t in copy])[:n]
         w, c = min(n, len(written)), max(0, n - len(written))
-        self._written = _Written(w, resume if c else 0, aligned, seq + written[:w])
+        self.written = Written(w, resume if c else 0, aligned, seq + written[:w])
         if c:
-            self._bucket, self._end, self._round_start = ANCHOR, resume, len(seq) + w
+            self.copy.offer_copy(copy, resume, len(seq) + w)
         segments = (("draft", w),) + ((("copy", c),) if c else ())
-        return Proposal(tokens, list(tokens), source="splice", drafted=len(written), copied=c,
+        return Proposal(tokens, list(tokens), proposer="splice", drafted=len(written), copied=c,
                         bumps=("writes",) + (("resumed",) if c else ()), segments=segments)
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
-        w = self._written
+        w = self.written
         if w is None:
-            super().feedback(ctx, proposal, accepted)
+            self.copy.feedback(ctx, proposal, accepted)
             return
         self.writes.accept.add_run(min(accepted, w.tokens), stopped=accepted < w.tokens)
-        if accepted < w.tokens:  # the target wrote otherwise: still departed from the source
-            return
-        if not w.resume:
+        if accepted < w.tokens or not w.resume:  # the target wrote otherwise, or no copy followed
             return
         self.writes.length.add(float(w.tokens), 1)
-        if self._depart is not None:  # what the reply wrote since the departure replaced that source
-            (d_src, d_rep), self._depart = self._depart, None
-            self._learn(w.reply, d_src, d_rep, w.resume - w.aligned, len(w.reply) - w.aligned)
-        copied = Proposal(proposal.tokens[w.tokens:], proposal.q[w.tokens:], source="lookup",
+        # what the reply wrote since the departure replaced that source
+        self.copy.learn_departure(w.reply, w.resume - w.aligned, len(w.reply) - w.aligned)
+        copied = Proposal(proposal.tokens[w.tokens:], proposal.q[w.tokens:], proposer="lookup",
                           copied=len(proposal) - w.tokens)
-        super().feedback(ctx, copied, accepted - w.tokens)
-
+        self.copy.feedback(ctx, copied, accepted - w.tokens)
