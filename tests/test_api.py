@@ -82,12 +82,12 @@ def test_chat_session_reuses_the_kv_cache(engine: Engine) -> None:
     session = ChatSession(engine, params=SamplingParams(max_tokens=6))
     result = session.reply("Hello there.")
     first = session.last_turn
-    assert first is not None and not first.spliced
+    assert first is not None and not first.from_history
     previous = first.prompt_tokens + len(result.token_ids)
     for text in ("What is two plus two?", "And three plus three?"):
         result = session.reply(text)
         turn = session.last_turn
-        assert turn is not None and turn.spliced
+        assert turn is not None and turn.from_history
         # the previous prompt and reply are not read again (bar the reply's last token,
         # which was sampled but never decoded): only that and the new message are read
         assert turn.reused_tokens >= previous - 1

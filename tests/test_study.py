@@ -301,7 +301,7 @@ def test_fit_final_returns_a_scoring_pipeline() -> None:
     masks = split_by_group(d["group"], d["domain"])
     with threadpool_limits(1):
         est = study.fit_final(d, "logreg-hidden-scalars", masks, "sampled")
-    x = study._matrix(d, ("hidden", *study.SCALARS))[:5]
+    x = study.matrix_of(d, ("hidden", *study.SCALARS))[:5]
     assert x.shape == (5, HIDDEN + len(study.SCALARS))
     p = est.predict_proba(x)[:, 1]
     assert np.all((p >= 0) & (p <= 1))

@@ -157,11 +157,11 @@ class GrammarClock:
     """Wall seconds spent inside a reply's matcher and its copies. A method that calls another
     (masks_along -> consume) is timed once, at the outer call."""
 
-    __slots__ = ("seconds", "_depth")
+    __slots__ = ("seconds", "depth")
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self._depth = 0
+        self.depth = 0
 
 
 _P = ParamSpec("_P")
@@ -172,15 +172,15 @@ def _timed(method: Callable[Concatenate[Matcher, _P], _R]) -> Callable[Concatena
     @functools.wraps(method)
     def timed(self: Matcher, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         clock = self.clock
-        if clock._depth:
+        if clock.depth:
             return method(self, *args, **kwargs)
-        clock._depth = 1
+        clock.depth = 1
         t0 = time.perf_counter()
         try:
             return method(self, *args, **kwargs)
         finally:
             clock.seconds += time.perf_counter() - t0
-            clock._depth = 0
+            clock.depth = 0
     return timed
 
 

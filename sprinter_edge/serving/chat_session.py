@@ -29,7 +29,7 @@ class TurnInfo:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens already in every model's KV cache
     reread_tokens: int = 0  # prompt tokens the models had to read (prefill)
-    spliced: bool = False  # prompt built from the kept token history (not re-tokenized)
+    from_history: bool = False  # prompt built from the kept token history (not re-tokenized)
 
 
 @dataclass
@@ -96,16 +96,16 @@ class ChatSession:
         first source. Raises ContextOverflowError (and other SprinterErrors) before anything
         changes."""
         messages = [*self.messages, {"role": "user", "content": text}]
-        text_rendered, tokens, spliced = self.build_prompt(messages)
+        text_rendered, tokens, from_history = self.build_prompt(messages)
         reused = self._cached_prefix(tokens)
         params = self.params.replace(prediction=prediction) if prediction else self.params
         gen = self.engine.stream(tokens, params)  # may raise: the session is unchanged
         # prefill reads the prompt but its last token; that one is read by the first decode
         info = TurnInfo(prompt_tokens=len(tokens), reused_tokens=min(reused, len(tokens) - 1),
-                        spliced=spliced)
+                        from_history=from_history)
         info.reread_tokens = len(tokens) - info.reused_tokens
         self._pending = (messages, tokens, text_rendered, info)
-        log.debug("turn: %d prompt tokens, %d reused, spliced=%s", len(tokens), reused, spliced)
+        log.debug("turn: %d prompt tokens, %d reused, from_history=%s", len(tokens), reused, from_history)
         return gen
 
     def finish(self, gen: Generation) -> GenerationResult:

@@ -72,7 +72,7 @@ def ship_from_study(data: dict[str, Any], meta: dict[str, Any], name: str, out: 
     masks = study.split_by_group(data["group"], data["domain"], seed=seed)
     _, calib, test = masks
     pipe = study.fit_final(data, cand, masks, "greedy", seed=seed)
-    x = study._matrix(data, cand.layout)
+    x = study.matrix_of(data, cand.layout)
     scores = pipe.predict_proba(x)[:, 1]
     greedy = np.asarray(data["temperature"]) == 0
     checks: dict[str, Any] = {}

@@ -40,11 +40,11 @@ class DraftFeatures:
 
     def _confidence(self) -> tuple[float, float]:
         if self._conf is None:
-            self._conf = (self._token_features()[:2] if self._token is not None
+            self._conf = (self.token_features()[:2] if self._token is not None
                           else confidence(self.logits))
         return self._conf
 
-    def _token_features(self) -> tuple[float, float, float, float, float]:
+    def token_features(self) -> tuple[float, float, float, float, float]:
         if self._token is None:
             self._token = token_features(self.logits, self.token, self.temperature)
         return self._token
@@ -62,7 +62,7 @@ class DraftFeatures:
         if block in ("max_prob", "entropy"):
             return self._confidence()[0 if block == "max_prob" else 1]
         if block in _TOKEN_BLOCKS:
-            return self._token_features()[2 + _TOKEN_BLOCKS.index(block)]
+            return self.token_features()[2 + _TOKEN_BLOCKS.index(block)]
         if block == "last_accepted":
             return float(self.last_outcome == 1)
         if block == "last_rejected":
@@ -74,7 +74,7 @@ class DraftFeatures:
 
 def feature_vector(f: DraftFeatures, layout: tuple[str, ...]) -> np.ndarray:
     if any(b in _TOKEN_BLOCKS for b in layout):
-        f._token_features()  # one pass over the vocabulary for all of them
+        f.token_features()  # one pass over the vocabulary for all of them
     parts: list[np.ndarray] = []
     for block in layout:
         if block == "hidden":

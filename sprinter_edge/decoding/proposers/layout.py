@@ -379,47 +379,12 @@ class Layout:
     def _retokenize(self, out: bytes, src: list[int], rule_at: list[int], rules: list[Rule],
                     kinds: list[tuple[int, tuple]], owner: list[int], start: Position, after: list[int],
                     by: list[int]) -> Laid | None:
-        """`out` (the laid-out copy; `src` and `rule_at` per byte) as the tokenizer cuts it,
-        each token's position after it in the source from `owner` (the copied token of each
-        byte of the copy's text)."""
+        """`out` (the laid-out copy) as the tokenizer cuts it (`retokenized`); its rules and
+        gaps are what `score` reads next."""
         assert self.tokenizer is not None
-        try:
-            text = out.decode("utf-8")
-        except UnicodeDecodeError:  # the copy cuts a character
-            return None
-        begins = {}  # where each copied token's bytes begin in the copy's text
-        for n, o in enumerate(owner):
-            begins.setdefault(o, n)
-        laid = Laid(self.tokenizer.tokenize(text, add_special=False, special=False), [], [], [], [])
-        k = 0
-        pos, last_src = 0, -1
-        for t in laid.tokens:
-            piece = self.tokenizer.token_bytes(t)
-            end = pos + len(piece)
-            if end > len(out) or out[pos:end] != piece:
-                return None  # the tokenizer did not give the text back byte for byte
-            last_src = max([last_src, *src[pos:end]])
-            if last_src < 0:  # nothing of the source yet (blanks laid out before it)
-                laid.after.append(start)
-            else:
-                o = owner[last_src]
-                if last_src + 1 == len(owner) or owner[last_src + 1] != o or by[o] >= 0:
-                    laid.after.append((after[o], 0))  # (inside a substitution's tokens: after it)
-                else:  # inside copied token o: the bytes of it written
-                    laid.after.append((after[o] - 1, last_src + 1 - begins[o] + (start[1] if o == 0 else 0)))
-            laid.by.append(next((by[owner[i]] for i in src[pos:end] if i >= 0 and by[owner[i]] >= 0), -1))
-            laid.rules.append(next((r for r in rule_at[pos:end] if r >= 0), -1))
-            mine = []
-            while k < len(kinds) and kinds[k][0] < end:
-                mine.append(kinds[k][1])
-                k += 1
-            laid.gaps.append(mine)
-            if laid.unknown is None and any(g not in self.known for g in mine):
-                laid.unknown = len(laid.gaps) - 1
-            pos = end
-        if pos != len(out):
-            return None
-        self._applied, self._applied_gaps = rules, laid.gaps
+        laid = retokenized(self.tokenizer, out, src, rule_at, kinds, owner, start, after, by, self.known)
+        if laid is not None:
+            self._applied, self._applied_gaps = rules, laid.gaps
         return laid
 
     def score(self, rule_at: Sequence[int], accepted: int) -> None:
@@ -436,3 +401,49 @@ class Layout:
                 self._applied[n].accepted += 1
             else:
                 self._applied[n].refused += 1
+
+
+def retokenized(tokenizer: Tokenizer, out: bytes, src: list[int], rule_at: list[int],
+                kinds: list[tuple[int, tuple]], owner: list[int], start: Position, after: list[int],
+                by: list[int], known: set[tuple]) -> Laid | None:
+    """`out` (the laid-out copy; `src` and `rule_at` per byte) as the tokenizer cuts it,
+    each token's position after it in the source from `owner` (the copied token of each
+    byte of the copy's text); `known`: the kinds of gap the reply has shown. None where the
+    tokenizer does not give the text back byte for byte."""
+    try:
+        text = out.decode("utf-8")
+    except UnicodeDecodeError:  # the copy cuts a character
+        return None
+    begins = {}  # where each copied token's bytes begin in the copy's text
+    for n, o in enumerate(owner):
+        begins.setdefault(o, n)
+    laid = Laid(tokenizer.tokenize(text, add_special=False, special=False), [], [], [], [])
+    k = 0
+    pos, last_src = 0, -1
+    for t in laid.tokens:
+        piece = tokenizer.token_bytes(t)
+        end = pos + len(piece)
+        if end > len(out) or out[pos:end] != piece:
+            return None  # the tokenizer did not give the text back byte for byte
+        last_src = max([last_src, *src[pos:end]])
+        if last_src < 0:  # nothing of the source yet (blanks laid out before it)
+            laid.after.append(start)
+        else:
+            o = owner[last_src]
+            if last_src + 1 == len(owner) or owner[last_src + 1] != o or by[o] >= 0:
+                laid.after.append((after[o], 0))  # (inside a substitution's tokens: after it)
+            else:  # inside copied token o: the bytes of it written
+                laid.after.append((after[o] - 1, last_src + 1 - begins[o] + (start[1] if o == 0 else 0)))
+        laid.by.append(next((by[owner[i]] for i in src[pos:end] if i >= 0 and by[owner[i]] >= 0), -1))
+        laid.rules.append(next((r for r in rule_at[pos:end] if r >= 0), -1))
+        mine = []
+        while k < len(kinds) and kinds[k][0] < end:
+            mine.append(kinds[k][1])
+            k += 1
+        laid.gaps.append(mine)
+        if laid.unknown is None and any(g not in known for g in mine):
+            laid.unknown = len(laid.gaps) - 1
+        pos = end
+    if pos != len(out):
+        return None
+    return laid

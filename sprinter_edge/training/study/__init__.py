@@ -25,7 +25,7 @@ to end).
 from .candidates import CANDIDATES, REFERENCE, ProjectedHGB, StudyCandidate, candidate
 from .comparison import REFERENCE_THRESHOLDS, auc_by_domain, compare
 from .data import AUC_LABEL, DOMAINS, FEATURE_NAMES, REGIMES, SCALARS, split_by_group
-from .data import _matrix as _matrix  # the feature matrix `training.ship` exports a candidate from
+from .data import matrix_of as matrix_of  # the feature matrix `training.ship` exports a candidate from
 from .fitting import fit_final
 from .presets import presets_by_domain
 from .replay import DEFAULT_COST_MS, simulate, table_cost

@@ -21,7 +21,7 @@ REGIMES = ("greedy", "sampled")
 AUC_LABEL = {"greedy": "label_greedy", "sampled": "label_paper"}
 
 
-def _matrix(data: Mapping[str, np.ndarray], layout: Sequence[str],
+def matrix_of(data: Mapping[str, np.ndarray], layout: Sequence[str],
             rows: np.ndarray | None = None) -> np.ndarray:
     """Columns of `layout` side by side (float32), like `features.feature_matrix`: "hidden"
     expands to its d columns, every other name is one column."""

@@ -18,7 +18,7 @@ from sklearn.pipeline import Pipeline
 
 from ...errors import SprinterError
 from .candidates import StudyCandidate, candidate
-from .data import REGIMES, _matrix, _regime_mask
+from .data import REGIMES, _regime_mask, matrix_of
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def _fit(cand: StudyCandidate, data: Mapping[str, np.ndarray], rows: np.ndarray,
     idx, y, w = _training_rows(data, rows, regime, _accepts_weights(est), seed)
     if len(np.unique(y)) < 2:
         raise SprinterError(f"the {regime} training rows hold one label class only: collect more data")
-    x = _matrix(data, cand.layout, idx)
+    x = matrix_of(data, cand.layout, idx)
     groups = np.asarray(data["group"])[idx]
     params = _select(cand, x, y, w, groups, n_hidden, seed)
     est = cand.build(n_hidden, seed).set_params(**params)

@@ -14,7 +14,7 @@ import numpy as np
 from ...verifiers.calibration import PRESET_MAX_FP
 from .candidates import CANDIDATES, REFERENCE, StudyCandidate, candidate
 from .comparison import REFERENCE_THRESHOLDS, auc_by_domain, compare
-from .data import AUC_LABEL, REGIMES, _domain_masks, _matrix, _regime_mask, split_by_group
+from .data import AUC_LABEL, REGIMES, _domain_masks, _regime_mask, matrix_of, split_by_group
 from .decision import _decide
 from .fitting import _fit
 from .presets import presets_by_domain
@@ -127,7 +127,7 @@ def _run(data: Mapping[str, np.ndarray], cfg: StudyConfig) -> dict[str, Any]:
             t0 = time.monotonic()
             est, info = _fit(cand, data, tr_rows, regime, cfg.seed)
             fit_s = time.monotonic() - t0
-            x_ev = _matrix(data, cand.layout, ev_rows)
+            x_ev = matrix_of(data, cand.layout, ev_rows)
             s = np.full(n, np.nan)
             s[ev_rows] = est.predict_proba(x_ev)[:, 1]
             test_pos = np.flatnonzero(test[ev_rows])[: cfg.timing_rows]
