@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .summary import SummaryRow
 
 _COLORS = {"ar": "black", "auto": "tab:brown", "sd": "tab:blue", "sprinter": "tab:red",
            "guarded": "tab:pink", "lookup": "lime", "staged": "gold",
@@ -24,7 +28,7 @@ def _marker(method: str) -> str:
     return "s" if method.startswith("llama-server") else "^" if method.startswith("llama-cpp") else "o"
 
 
-def quality_axes(rows: Sequence[dict]) -> list[tuple[str, str]]:
+def quality_axes(rows: Sequence[SummaryRow]) -> list[tuple[str, str]]:
     axes = [("rouge_l", "ROUGE-L against ar (target greedy)")]
     passes = {r.get("pass_at_1") for r in rows if r.get("pass_at_1") is not None}
     if len(passes) > 1:
@@ -34,7 +38,7 @@ def quality_axes(rows: Sequence[dict]) -> list[tuple[str, str]]:
     return axes
 
 
-def group_axis(rows: Sequence[dict]) -> tuple[str, str]:
+def group_axis(rows: Sequence[SummaryRow]) -> tuple[str, str]:
     """A workload's quality axis: pass@1 (structured output: the schema-valid share) where it
     tells the rows apart, else ROUGE-L vs ar."""
     valid = {r.get("structured_valid") for r in rows if r.get("structured_valid") is not None}
@@ -44,7 +48,7 @@ def group_axis(rows: Sequence[dict]) -> tuple[str, str]:
     return ("pass_at_1", "pass@1") if len(passes) > 1 else ("rouge_l", "ROUGE-L against ar")
 
 
-def _scatter(ax, rows: Sequence[dict], key: str, label: str, title: str = "") -> None:  # type: ignore[no-untyped-def]
+def _scatter(ax, rows: Sequence[SummaryRow], key: str, label: str, title: str = "") -> None:  # type: ignore[no-untyped-def]
     from .summary import base_method_of
 
     for r in rows:
@@ -61,8 +65,8 @@ def _scatter(ax, rows: Sequence[dict], key: str, label: str, title: str = "") ->
     ax.grid(alpha=0.3)
 
 
-def plot(rows: Sequence[dict], path: Path, title: str = "",
-         groups: dict[str, list[dict]] | None = None) -> Path:
+def plot(rows: Sequence[SummaryRow], path: Path, title: str = "",
+         groups: dict[str, list[SummaryRow]] | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")

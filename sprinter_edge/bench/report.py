@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .summary import SummaryRow
 
 COLUMNS = (
     ("method", "method", "{}"),
@@ -118,7 +122,7 @@ def _cell(value: object, fmt: str) -> str:
     return fmt.format(value)
 
 
-def _value(row: dict, key: str) -> object:
+def _value(row: SummaryRow, key: str) -> object:
     if key in ("pass_diff", "edit_diff", "file_edit_diff"):  # the point difference with its interval
         prefix = key.removesuffix("_diff")
         ci, d = row.get(f"{prefix}_diff_ci"), row.get(f"{prefix}_diff_vs_ar")
@@ -130,7 +134,7 @@ def _value(row: dict, key: str) -> object:
     return row.get(key)
 
 
-def markdown_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]] = COLUMNS,
+def markdown_table(rows: Sequence[SummaryRow], columns: Sequence[tuple[str, str, str]] = COLUMNS,
                    *, drop_empty: bool = False) -> str:
     columns = [c for c in columns if c[0] not in _SHOWN_WITH or any(r.get(_SHOWN_WITH[c[0]]) for r in rows)]
     if drop_empty:
@@ -141,7 +145,7 @@ def markdown_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]
     return "\n".join([head, sep, *body])
 
 
-def group_tables(groups: dict[str, list[dict]]) -> list[str]:
+def group_tables(groups: dict[str, list[SummaryRow]]) -> list[str]:
     """One section per workload (bench.md), when the run has more than one."""
     from .summary import group_name
 
@@ -156,12 +160,12 @@ def group_tables(groups: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
-def _floor_text(rows: Sequence[dict]) -> str:
+def _floor_text(rows: Sequence[SummaryRow]) -> str:
     floor = next((r["floor_ratio"] for r in rows if r.get("floor_ratio")), None)
     return f"{floor:.2f}x ar on these replies" if floor else "not priced: no cost table"
 
 
-def write_report(out: Path, data: dict, rows: Sequence[dict]) -> tuple[Path, Path]:
+def write_report(out: Path, data: dict, rows: Sequence[SummaryRow]) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "bench.json", out / "bench.md"
     json_path.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
@@ -210,7 +214,7 @@ def _decoding(config: dict) -> str:
     return f"{how}; up to {config.get('max_tokens', '?')} new tokens"
 
 
-def edit_kind_table(rows: Sequence[dict]) -> str:
+def edit_kind_table(rows: Sequence[SummaryRow]) -> str:
     """passed/tasks per edit (bench/edits/functions.py; file:*: bench/edits/files.py), one row
     per method."""
     kinds = sorted({k for r in rows for k in r.get("edit_by_kind") or {}})

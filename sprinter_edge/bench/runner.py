@@ -174,13 +174,13 @@ class RunRecord:
     humaneval: dict | None = None
     edit: dict | None = None  # edits.EditCheck: passed, edit, why, failure
     structured: dict | None = None  # structured.StructuredCheck: passed, length, why, accuracy
-    _origins: list[Origin] = field(default_factory=list, repr=False)
-    _stats: Stats | None = field(default=None, repr=False)
+    origins: list[Origin] = field(default_factory=list, repr=False)
+    engine_stats: Stats | None = field(default=None, repr=False)  # ar and the engine's methods
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d.pop("_origins")
-        d.pop("_stats")
+        d.pop("origins")
+        d.pop("engine_stats")
         return d
 
 
@@ -374,7 +374,7 @@ class Runner:
                 prediction=edits.predicted_output(bp), schema=schema)
             rec = RunRecord(spec.label, bp.id, bp.workload, text, tokens, sdict,
                             len(tokens), dec_s, timed_tokens / dec_s if dec_s > 0 else 0.0,
-                            memory.peak_rss_mib(), _origins=origins, _stats=st)
+                            memory.peak_rss_mib(), origins=origins, engine_stats=st)
             if spec.is_reference:
                 reference, ref_text = tokens, text
             self._score(rec, spec, toks, reference, ref_text, st)
@@ -392,7 +392,7 @@ class Runner:
             rec.exact_match, rec.prefix_agreement = quality.token_agreement(rec.tokens, reference)
         # tokens the target never saw (SPRINTER's, or auto's when it ran SPRINTER) need the
         # draft's distribution too, for the drift and false-pass columns
-        unverified = any(o is Origin.KEPT for o in rec._origins)
+        unverified = any(o is Origin.KEPT for o in rec.origins)
         if self.config.rescore == "none" or (self.config.rescore == "verifier" and not unverified):
             return
         draft = self.engine.draft if unverified else None
@@ -404,4 +404,4 @@ class Runner:
         rec.greedy_agreement = float(scores.greedy.mean())
         if st is not None and unverified:
             resampled = st.counters.resampled
-            rec.false_pass = dataclasses.asdict(quality.false_pass(rec._origins, scores, resampled))
+            rec.false_pass = dataclasses.asdict(quality.false_pass(rec.origins, scores, resampled))

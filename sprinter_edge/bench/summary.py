@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 from ..decoding import Stats
 from . import quality
@@ -29,7 +30,7 @@ def group_name(workload: str) -> str:
     return GROUP_NAMES.get(workload, workload)
 
 
-def base_method_of(row: dict) -> str:
+def base_method_of(row: SummaryRow | dict) -> str:
     """The method a summary row ran: its "base_method" ("kind" in older bench.json files)."""
     return row["base_method"] if "base_method" in row else row["kind"]
 
@@ -37,6 +38,70 @@ def base_method_of(row: dict) -> str:
 def workload_of(run: dict) -> str:
     """A bench.json run's workload: its "workload" ("prompt_kind" in older files)."""
     return run["workload"] if "workload" in run else run["prompt_kind"]
+
+
+class SummaryRow(TypedDict, total=False):
+    """One method's row over a set of runs: what `summarize` writes into bench.json's "rows" and
+    "groups", and what the report, the plot and tools/render_tables.py read. Older bench.json
+    files lack some keys (read them with .get) and name "base_method" "kind" (`base_method_of`)."""
+
+    method: str  # the row's label ("sprinter@0.5", "ar+free")
+    base_method: str  # the method it ran
+    threshold: float | None
+    preset: str | None
+    prompts: int
+    new_tokens: int
+    tokens_per_second: float  # decode, after the prompt is read
+    peak_rss_mib: float
+    ttft_seconds: float  # mean time to the first token
+    e2e_seconds: float | None  # mean request to last token, the prompt's reading included
+    # proposals (llama-server rows: from its own counters)
+    target_calls_per_token: float | None
+    draft_n: int
+    draft_n_accepted: int
+    draft_accept: float | None
+    kept: int
+    kept_fraction: float
+    mean_run_length: float | None
+    time_split: dict[str, float]  # draft, target, verifier, overhead: shares of decode time
+    # the cost model's prediction (unless --no-cost-model)
+    predicted_tps: float
+    predicted_ratio_flat: float
+    floor_ratio: float
+    of_floor: float | None
+    ratio_vs_ar: float | None
+    ratio_vs_plain: float | None  # over the row's own plain decoding (llama-server over plain llama-server)
+    # task checks (TASK_CHECKS): the rate, its prompts, and for each prefix (pass, edit, file_edit,
+    # structured) {prefix}_passed, {prefix}_ci, {prefix}_diff_vs_ar, {prefix}_diff_ci
+    pass_at_1: float | None
+    humaneval_n: int
+    edit_pass: float | None
+    edit_n: int
+    file_edit_pass: float | None
+    file_edit_n: int
+    structured_valid: float | None
+    structured_n: int
+    edit_by_kind: dict[str, list[int]]  # edit kind: [passed, tasks]
+    structured_length: int
+    structured_fenced: int
+    structured_accuracy: float | None
+    structured_truth_n: int
+    forced_share: float | None
+    # agreement with ar
+    rouge_l: float | None
+    exact_match: float | None
+    prefix_agreement: float | None
+    mean_logprob: float | None
+    greedy_agreement: float | None
+    # SPRINTER's drift (`_drift`)
+    eta_fp: float
+    false_passes: int
+    scored_tokens: int
+    tv_drift: float | None
+    fp_mass: float
+    mean_tv: float
+    p_argmax_differs: float | None
+    eta_fp_x_p_differs: float | None
 
 
 @dataclass(frozen=True)
@@ -77,7 +142,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
-              cost: CostModel | None = None) -> list[dict]:
+              cost: CostModel | None = None) -> list[SummaryRow]:
     rows = []
     for spec in specs:
         recs = [r for r in records if r.method == spec.label]
@@ -86,13 +151,13 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
         dec = sum(r.decode_seconds for r in recs)
         timed = sum(r.tokens_per_second * r.decode_seconds for r in recs)
         new = sum(r.new_tokens for r in recs)
-        row: dict = {"method": spec.label, "base_method": spec.base_method, "threshold": spec.threshold,
+        row: SummaryRow = {"method": spec.label, "base_method": spec.base_method, "threshold": spec.threshold,
                      "preset": spec.preset,
                      "prompts": len(recs), "new_tokens": new,
                      "tokens_per_second": timed / dec if dec > 0 else 0.0,
                      "peak_rss_mib": max(r.peak_rss_mib for r in recs)}
-        stats = [r._stats for r in recs if r._stats is not None]
-        peer_stats = [r.stats for r in recs if r._stats is None and r.stats]
+        stats = [r.engine_stats for r in recs if r.engine_stats is not None]
+        peer_stats = [r.stats for r in recs if r.engine_stats is None and r.stats]
         if peer_stats:  # llama-cpp-python and llama-server: time to the first streamed token
             row["ttft_seconds"] = sum(s.get("prefill_seconds", 0.0) for s in peer_stats) / len(peer_stats)
         # end to end: request to last token, the prompt read included (every row's stats carry it)
@@ -122,8 +187,9 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
                 row["predicted_ratio_flat"] = cost.predict_tps(stats, flat=True) / cost.ar_tps()
         for check in TASK_CHECKS:
             done = [d for r in recs if (d := check.result(r)) is not None]
-            row[check.rate] = sum(d["passed"] for d in done) / len(done) if done else None
-            row[check.n] = len(done)
+            by_name = cast(dict[str, Any], row)  # a check's keys are its own (TaskCheck)
+            by_name[check.rate] = sum(d["passed"] for d in done) / len(done) if done else None
+            by_name[check.n] = len(done)
         shaped = [r for r in recs if r.structured is not None]
         if shaped:
             row.update(_structured(shaped))
@@ -163,25 +229,25 @@ def summarize(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
 
 def _floor(records: Sequence[RunRecord], cost: CostModel | None) -> float | None:
     """The floor's ratio over ar on ar's replies (CostModel.floor_ratio); None without costs."""
-    replies = [(r._stats.prompt_tokens, r._stats.new_tokens) for r in records
-               if r.method == "ar" and r._stats is not None]
+    replies = [(r.engine_stats.prompt_tokens, r.engine_stats.new_tokens) for r in records
+               if r.method == "ar" and r.engine_stats is not None]
     return cost.floor_ratio(replies) if cost is not None and replies else None
 
 
 def summarize_groups(records: Sequence[RunRecord], specs: Sequence[MethodSpec],
-                     cost: CostModel | None = None) -> dict[str, list[dict]]:
+                     cost: CostModel | None = None) -> dict[str, list[SummaryRow]]:
     """`summarize` per workload, the known ones first in GROUP_ORDER."""
     workloads = sorted({r.workload for r in records},
                        key=lambda w: (GROUP_ORDER.index(w) if w in GROUP_ORDER else len(GROUP_ORDER), w))
     return {w: summarize([r for r in records if r.workload == w], specs, cost) for w in workloads}
 
 
-def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskCheck) -> None:
+def _pass_intervals(rows: list[SummaryRow], records: Sequence[RunRecord], check: TaskCheck) -> None:
     """A pass rate's 95% Wilson interval, and the paired difference from ar on the same prompts."""
     passed = {(r.method, r.prompt_id): bool(d["passed"]) for r in records
               if (d := check.result(r)) is not None}
     ar = next((r["method"] for r in rows if r["method"] == "ar"), None)
-    for row in rows:
+    for row in cast(list[dict[str, Any]], rows):  # a check's keys are its own (TaskCheck)
         n = row.get(check.n) or 0
         if not n:
             continue
@@ -197,14 +263,14 @@ def _pass_intervals(rows: list[dict], records: Sequence[RunRecord], check: TaskC
         row[f"{check.prefix}_diff_ci"] = [lo, hi]
 
 
-def _structured(recs: Sequence[RunRecord]) -> dict:
+def _structured(recs: Sequence[RunRecord]) -> SummaryRow:
     """A row's structured-output columns: replies cut by max_tokens, replies whose code block
     alone is schema-valid, mean field accuracy over the tasks with a truth, and the share of
     its tokens the grammar gave for free (forced, or fast-forward tokens the target accepted)."""
     checks = [r.structured for r in recs if r.structured is not None]
     accuracy = [c["accuracy"] for c in checks if c["accuracy"] is not None]
     new = sum(r.new_tokens for r in recs)
-    engine = [r.stats for r in recs if r._stats is not None]
+    engine = [r.stats for r in recs if r.engine_stats is not None]
     free = sum(s.get("forced", 0) + s.get("grammar_accepted", 0) for s in engine)
     return {"structured_length": sum(c["length"] for c in checks),
             "structured_fenced": sum(c["fenced"] for c in checks),
@@ -213,7 +279,7 @@ def _structured(recs: Sequence[RunRecord]) -> dict:
             "forced_share": free / new if engine and new else None}
 
 
-def _drift(fps: Sequence[dict], spec: MethodSpec) -> dict:
+def _drift(fps: Sequence[dict], spec: MethodSpec) -> SummaryRow:
     """eta_FP on the greedy label, and the drift from the target per token, over all runs
     of a SPRINTER row (`quality.FalsePass`; token-weighted):
 
