@@ -40,15 +40,16 @@ class LoadOptions:
     n_threads: int | None = None  # None: all cores
     n_gpu_layers: int = 0  # layers offloaded to Metal/CUDA (-1: all)
     n_batch: int = 512
-    # Weights read into memory instead of mapped from the file: measured 56 vs 70-77 ms per
-    # target step on a 2-core KVM guest (anonymous memory gets huge pages; a mapped file's
-    # pages can be reclaimed between calls and fault back in). Costs a read of the file at load.
+    # Weights read into memory instead of mapped from the file: a faster step (anonymous memory
+    # gets huge pages; a mapped file's pages can be reclaimed between calls and fault back in;
+    # docs/journal.md, "The measurements behind the constants"). Costs a read at load.
     use_mmap: bool = False
     # Flash attention: "on", "off", or "auto": off where every layer runs on the CPU and llama.cpp
     # repacked the weights, llama.cpp's own choice otherwise. On the CPU it attends query by
-    # query: a 32-row call after 1,800 tokens took ~470 ms with it off against ~700 ms on (2-core
-    # Zen 4), a step the same either way. Repacked kernels are not batch-invariant anyway; without
-    # repacking they can be (greedy speculation token-identical to ar), and there only with it on.
+    # query: a long call deep in a file is slower with it on, a step the same either way
+    # (docs/journal.md, "The measurements behind the constants"). Repacked kernels are not
+    # batch-invariant anyway; without repacking they can be (greedy speculation token-identical
+    # to ar), and there only with it on.
     flash_attn: str = "auto"
 
     def __post_init__(self) -> None:

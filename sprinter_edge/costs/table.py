@@ -494,9 +494,8 @@ def store_costs(model: Any, table: CostTable) -> None:
 def prior_costs(target: CostTable, draft_path: Path, target_path: Path) -> CostTable:
     """A draft's costs guessed before it is ever loaded: the target's, scaled by the ratio r of
     the files' sizes (the weights a call streams), and a one-token step by sqrt(r) (it has a
-    fixed part that does not shrink with the model). On a 2-core EPYC the default pair measured
-    0.55x for a step and 0.18-0.31x for 8-24 tokens against r = 0.32. The engine measures the
-    draft when a plan first loads it."""
+    fixed part that does not shrink with the model; docs/journal.md, "The measurements behind
+    the constants"). The engine measures the draft when a plan first loads it."""
     r = min(1.0, draft_path.stat().st_size / max(target_path.stat().st_size, 1))
 
     def scaled(t: CostTable) -> CostTable:

@@ -16,8 +16,8 @@ from .strategy import Plan, PriceInputs
 
 # Before it has run, x ar's speed: a plain step plus proposals that pass their own cost test, so
 # a little above ar on fresh text. An edit request (it carries the code or document the reply
-# reworks) is a copy: lookup measured 2.3-2.5x ar on single-function edit tasks; the prior
-# stays below that.
+# reworks) is a copy: the prior stays below what lookup measured on edits (docs/journal.md,
+# "The measurements behind the constants").
 PRIOR = {"edit": 2.0, "code": 1.02, "chat": 1.02}
 COPIES = "copies"  # its per-kind evidence (Evidence.of_kind), shared with staged
 # a drafting variant's draft reads the reply in calls of about this many tokens, every row
@@ -44,9 +44,9 @@ class Lookup(LoopStrategy):
         """A drafting variant (staged, splice) is this copy plus the draft, whose cache follows
         every token the reply commits: before it has run it is no faster than what the copy is
         known to do on this kind plus a draft row a token (the rows it might save are not
-        credited untried). On a 2-core Zen 4 a draft row after 2,000 tokens costs 12 ms against
-        a 62 ms target step: staged, probed on its prior alone after lookup measured 1.05x ar,
-        paid 17 s of draft reads where lookup alone ran 2.6x ar on the next file."""
+        credited untried): a draft row is a fifth of a target step deep in a file, and a drafting
+        variant probed on a fixed prior paid more in draft reads than the copy alone saved
+        (docs/journal.md, "The measurements behind the constants")."""
         own = super().prior_ms(kind, ar_ms, inputs, known)
         copy, draft = known.get(Lookup.name), inputs.costs.draft
         if not self.uses_draft or copy is None or draft is None:

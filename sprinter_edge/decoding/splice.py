@@ -17,8 +17,8 @@ from .settings import Setting
 from .strategy import Plan
 
 # x ar's speed before it has run: below lookup's and staged's. It is lookup plus writing that
-# pays only where a draft step and a row cost well under a target step (on a 2-core EPYC Zen 4
-# it never wrote and ran 0.63-0.70x lookup: the draft's load, read and catch-ups), so `auto`
+# pays only where a draft step and a row cost well under a target step (where they do not, it
+# runs slower than lookup: docs/journal.md, "The measurements behind the constants"), so `auto`
 # probes it only where what lookup and staged measured leaves room (untried, it is priced no
 # faster than lookup's estimate plus a draft row a token: Lookup.prior_ms)
 PRIOR = {"edit": 1.2, "code": 1.0, "chat": 1.0}

@@ -84,8 +84,9 @@ MODULES = ("colorsys", "bisect", "fnmatch", "html", "heapq", "string", "calendar
 # The sealed set (CONTRIBUTING's split rule): modules no task, replay, trace or prompt here had
 # used when this list was fixed, before its first run. Run only to report, on finished code
 # (`--split sealed`); never traced, replayed or tuned on. No run without --split includes it.
-# Chosen 2026-12-07 from modules that build tasks here, leaving out those whose functions read
-# the clock, files or the locale; 14 modules, every edit kind among them.
+# Chosen from modules that build tasks here, leaving out those whose functions read the clock,
+# files or the locale; 14 modules, every edit kind among them (fixed before its first run:
+# docs/journal.md, "The measurements behind the constants").
 SEALED_MODULES = ("email._parseaddr", "getopt", "sndhdr", "xml.etree.ElementPath", "zoneinfo._tzpath",
                   "encodings.idna", "copyreg", "email.charset", "email.utils", "xdrlib", "wsgiref.util",
                   "tabnanny", "mailcap", "opcode")
