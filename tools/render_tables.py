@@ -43,6 +43,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sprinter_edge.bench.summary import SummaryRow
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -100,6 +104,8 @@ TYPE_HINT_COLUMNS = ("source", "method", "tok/s", "vs ar", "of floor", *TYPE_HIN
 TYPE_HINT_HEADERS = tuple((c, c.rsplit("/", 1)[-1]) for c in TYPE_HINT_FILES)
 FSTRING_FILES = tuple(f"vs ar@id:file_edit/fstring/{m}" for m in ("email.quoprimime", "calendar"))
 README_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e", "e2e vs ar", "done?", "fields?", "fields rest?")
+SEALED_COLUMNS = ("method", "decode", "vs ar", "ttft", "e2e tok/s", "e2e tok vs ar", "calls/tok", "identical",
+                  "done?")
 FIRST_USE = ("bench-results-first-use-edits.json", "bench-results-first-use-xeon.json")
 FIRST_USE_LABELS = ("EPYC, empty cost cache", "Xeon, costs learned before")
 
@@ -183,6 +189,15 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents] = {
         columns=("source", "method", "decode", "vs ar", "of floor", "ttft", "e2e", "e2e vs ar",
                  "identical", "done?")),
     "agents": Agents("agents-report.json"),
+    # docs/results.md and the README: the sealed set, run once on finished code
+    "sealed-files": Table(("bench-results-sealed-files.json", "bench-results-sealed-files-11-14.json"),
+                          labels=("tasks 1-10", "tasks 11-14"),
+                          names=(("llama-server-ngram-mod", "llama.cpp server, ngram-mod"),),
+                          columns=("source", *SEALED_COLUMNS)),
+    "sealed-prompts": Table("bench-results-sealed-prompts.json",
+                            names=(("llama-server-ngram-mod", "llama.cpp server, ngram-mod"),
+                                   ("llama-server-draft-tuned", "llama.cpp server, `-md` tuned")),
+                            columns=SEALED_COLUMNS),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
     "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
@@ -467,7 +482,7 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def recomputed_rows(data: dict, sel: str) -> list[dict]:
+def recomputed_rows(data: dict, sel: str) -> list[SummaryRow]:
     """Summary rows over the runs of a selection, as the bench computes them (tok/s: tok/s of
     each run weighted by its decode time; time to first token: the engine's time to the first
     token, a peer's prompt time; end to end: the mean of the runs' total time)."""
@@ -476,7 +491,7 @@ def recomputed_rows(data: dict, sel: str) -> list[dict]:
         by.setdefault(run["method"], []).append(run)
     if not by:
         raise SystemExit(f"no runs in the selection {sel!r}")
-    rows = []
+    rows: list[SummaryRow] = []
     for method, runs in by.items():
         dec = sum(r["decode_seconds"] for r in runs)
         stats = [r["stats"] for r in runs if r.get("stats")]
@@ -492,7 +507,9 @@ def recomputed_rows(data: dict, sel: str) -> list[dict]:
     return rows
 
 
-def summary_rows(data: dict, sel: str | None) -> list[dict]:
+def summary_rows(data: dict, sel: str | None) -> list[SummaryRow]:
+    """The rows `sprinter-edge bench` summarised (bench.json "rows", or a workload's "groups"),
+    or rows recomputed from a selection of its runs."""
     if sel is None:
         return data["rows"]
     if sel in data.get("groups", {}):
@@ -576,6 +593,22 @@ def _diff(c: Cell) -> str:
 def _e2e_ratio(c: Cell) -> str:
     ar, e2e = c.ar(), c.get("e2e_seconds")
     return _ratio(ar["e2e_seconds"] / e2e if ar and e2e and ar.get("e2e_seconds") else None)
+
+
+def _e2e_per_token(runs: list[dict]) -> float | None:
+    """Tokens per second from request to last token over `runs`, every prompt's reading included."""
+    seconds = sum((r.get("stats") or {}).get("total_seconds") or 0.0 for r in runs)
+    return sum(r["new_tokens"] for r in runs) / seconds if seconds else None
+
+
+def _e2e_tps(c: Cell) -> str:
+    return _num("{:.1f} tok/s")(_e2e_per_token(c.runs()))
+
+
+def _e2e_tps_ratio(c: Cell) -> str:
+    mine = _e2e_per_token(c.runs())
+    ar = _e2e_per_token(runs_of(c.data, "ar", c.sel))
+    return _ratio(mine / ar if mine and ar else None)
 
 
 def _cost_model(c: Cell) -> str:
@@ -706,6 +739,8 @@ COLUMNS: dict[str, tuple[str, Callable[[Cell], str]]] = {
     "ttft": ("time to first token", _key("ttft_seconds", lambda x: "-" if not x else f"{x:.1f} s")),
     "e2e": ("end to end, per prompt", _key("e2e_seconds", lambda x: "-" if not x else f"{x:.1f} s")),
     "e2e vs ar": ("e2e vs `ar`", _e2e_ratio),
+    "e2e tok/s": ("end to end, per token", _e2e_tps),
+    "e2e tok vs ar": ("end to end vs `ar`", _e2e_tps_ratio),
     "of floor": ("of this CPU's floor", _of_floor),
     "done": ("task check", _done),  # the header is the check's: edits done, schema-valid, pass@1
     "done ci": ("95% CI (Wilson)", _done_ci),
