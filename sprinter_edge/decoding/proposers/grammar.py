@@ -68,7 +68,7 @@ class Constrained(Proposer):
             qs: list[Prepared] = list(prefix)
             return Proposal(prefix + inner.tokens, qs + inner.q, trusted=inner.trusted,
                             forced=len(forced), grammar=len(span),
-                            source=inner.source or "grammar", drafted=inner.drafted,
+                            proposer=inner.proposer or "grammar", drafted=inner.drafted,
                             copied=inner.copied, ended_by=inner.ended_by, bumps=inner.bumps)
         finally:
             grammar.rollback(moved)
