@@ -69,23 +69,26 @@ class GgufDraftModel:
     def _is_eog(self, token: int) -> bool:
         import llama_cpp
 
-        return bool(llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token))
+        return bool(llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(self.llm.model), token))
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        import llama_cpp
+
         t0 = time.perf_counter()
         llm = self.llm
         ids = [int(t) for t in input_ids]
         held = llm.input_ids[: llm.n_tokens].tolist()
         # always decode the last token for fresh logits
         keep = min(common_prefix(held, ids), len(ids) - 1)
-        llm._ctx.kv_cache_seq_rm(-1, keep, -1)
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llm.ctx), 0, keep, -1)
         llm.n_tokens = keep
         pending = ids[keep:]
         out: list[int] = []
         room = llm.n_ctx() - len(ids) - 1
         for _ in range(max(0, min(self.num_pred_tokens, room))):
             llm.eval(pending)
-            logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+            last = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+            logits = np.ctypeslib.as_array(last, shape=(llm.n_vocab(),))
             token = int(logits.argmax())
             out.append(token)
             if self._is_eog(token):
