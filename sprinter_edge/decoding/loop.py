@@ -35,7 +35,7 @@ STRICT_ENV = "SPRINTER_EDGE_STRICT"  # "1": a proposer's failure is raised (the 
 T = TypeVar("T")
 
 
-def _guarded(proposer: Proposer, call: Callable[[], T]) -> tuple[T | None, bool]:
+def _call_proposer(proposer: Proposer, call: Callable[[], T]) -> tuple[T | None, bool]:
     """(what `call` returned, True), or (None, False) where the proposer failed and is given
     up for this reply. User-facing errors (a context overflow, a grammar's) go on up."""
     try:
@@ -62,13 +62,13 @@ def run_loop(ctx: DecodeContext, prompt: list[int], proposer: Proposer) -> Itera
     while True:
         proposal: Proposal | None = None
         if alive:
-            proposal, alive = _guarded(proposer, partial(proposer.propose, ctx, seq))
+            proposal, alive = _call_proposer(proposer, partial(proposer.propose, ctx, seq))
         if proposal is None:
             proposal = Proposal()  # the target's own step
         done = accept(ctx, seq, proposal)
         ctx.stats.counters.add_round(proposal, done.tested, done.accepted)
         if alive:
-            _, alive = _guarded(proposer, partial(proposer.feedback, ctx, proposal, done.accepted))
+            _, alive = _call_proposer(proposer, partial(proposer.feedback, ctx, proposal, done.accepted))
         committed = [t for t, _ in done.step]
         if grammar is not None and grammar.consume(committed) != len(committed):
             raise RuntimeError(f"the grammar rejects committed tokens {committed} ({proposal.proposer})")
