@@ -130,6 +130,11 @@ class SuffixIndex:
         self.seq.extend(seq[start:])
         self._index(self.offset + start)
 
+    def copy_end(self, start: int, stop: int) -> int:
+        """Where a copy from `start` up to `stop` ends: `stop`, or the separator's position where
+        the predicted output ends before it (a copy from the predicted output ends where it ends)."""
+        return self.seq.index(SEPARATOR, start) if SEPARATOR in self.seq[start:stop] else stop
+
     def match(self, near: int | None = None, window: int = ALIGN_WINDOW) -> tuple[int, int]:
         """(length, end) of the longest earlier match of the sequence's suffix; (0, 0) if none.
         `end` is where the match ends: what followed it starts there. The source's occurrences
@@ -400,8 +405,7 @@ class PromptLookup(Proposer):
         s, c, p = self.index.seq, self.cursor, self.policy
         end, skip, drop = start.at, start.skip, start.drop
         stop = min(len(s), end + min(MAX_PROPOSAL, p.spec_factor * start.match, max(ctx.remaining - 1, 0)))
-        if SEPARATOR in s[end:stop]:  # a copy from the predicted output ends where it ends
-            stop = s.index(SEPARATOR, end)
+        stop = self.index.copy_end(end, stop)
         if stop <= end:
             return Proposal()
         a = self.evidence.rate(start.bucket)
@@ -465,9 +469,7 @@ class PromptLookup(Proposer):
             for h in range(max(c.home, 1), min(c.home + self.policy.anchor_window + j, reply_at - 1)):
                 if s[h] != b or s[h - 1] != a or s[h + 1] == SEPARATOR:
                     continue
-                stop = h + 1 + len(tokens) - j
-                if SEPARATOR in s[h + 1:stop]:
-                    stop = s.index(SEPARATOR, h + 1)
+                stop = self.index.copy_end(h + 1, h + 1 + len(tokens) - j)
                 rest, aligned = self._copy(seq + tokens[:j], h + 1, min(stop, reply_at))
                 if aligned is not None or not rest:  # the reply's copy stands
                     return copied
@@ -490,7 +492,8 @@ class PromptLookup(Proposer):
         source token ends (None: all do)."""
         s = self.index.seq
         tokens, after, by = self.memory.apply(s, start, stop)
-        tokens, after, by = tokens[drop:], after[drop:], by[drop:]
+        if drop:
+            tokens, after, by = tokens[drop:], after[drop:], by[drop:]
         laid = None
         # (no copy laid out from a substitution half written)
         if not drop and (not skip or (by and by[0] < 0)):

@@ -33,7 +33,6 @@ from .copy_evidence import CopyEvidence
 from .prompt_lookup import (
     ANCHOR_WINDOW,
     MAX_PROPOSAL,
-    SEPARATOR,
     SHIPPED,
     CopiedToken,
     CopyPolicy,
@@ -144,9 +143,7 @@ class Splice(Proposer):
         copy: list[CopiedToken] = []
         if resume:
             room = max(min(MAX_PROPOSAL, max(ctx.remaining - 1, 0)) - len(written), 0)
-            stop = min(len(s), resume + room)
-            if SEPARATOR in s[resume:stop]:
-                stop = s.index(SEPARATOR, resume)
+            stop = self.copy.index.copy_end(resume, min(len(s), resume + room))
             copy = self.copy.copy_from(seq + written, resume, max(stop, resume))[:room]
         target = ctx.costs.at(len(seq)).target
         copy_rate = self.copy.evidence.rate(self.copy.evidence.anchor_slot)
