@@ -92,10 +92,11 @@ def test_avx512_needs_the_five_subsets_ggml_compiles_with():
 
 
 def test_other_platforms():
-    assert buildflags.recommend("Darwin", "arm64").cmake_args == "-DGGML_METAL=on"
+    assert buildflags.recommend("Darwin", "arm64").cmake_args == "-DGGML_METAL=on -DGGML_RPC=ON"
     cuda = buildflags.recommend("Linux", "x86_64", ZEN3, nvidia=True).cmake_args
     assert cuda.startswith("-DGGML_CUDA=on ") and "-DGGML_AMX_INT8=OFF" in cuda
-    assert buildflags.recommend("Linux", "aarch64", [], nvidia=False).cmake_args == ""
+    assert cuda.endswith(" -DGGML_RPC=ON")
+    assert buildflags.recommend("Linux", "aarch64", [], nvidia=False).cmake_args == "-DGGML_RPC=ON"
 
 
 def test_read_cpu_flags_parses_proc_cpuinfo(tmp_path):

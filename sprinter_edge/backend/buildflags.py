@@ -50,6 +50,9 @@ X86_OPTIONS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("GGML_AVX512_BF16", (*_AVX512_BASE, "avx512_bf16"), "AVX512_BF16"),
 )
 AMX_OFF = ("-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
+# llama.cpp's RPC client in every build: --target-rpc puts the target's layers on rpc-servers
+# (the backend only registers; it opens no port and costs nothing until used)
+RPC_ON = "-DGGML_RPC=ON"
 
 # Instruction sets llama_print_system_info reports (CPU backend, x86), in its order, -> the
 # cpuinfo flags they need. AMX_INT8 is left out on purpose: the recommended build never uses it.
@@ -119,7 +122,7 @@ def recommend(system: str | None = None, machine: str | None = None, flags=None,
     if nvidia is None:
         nvidia = shutil.which("nvidia-smi") is not None
     if system == "Darwin":
-        return Choice("-DGGML_METAL=on", "macOS: Metal GPU backend")
+        return Choice(f"-DGGML_METAL=on {RPC_ON}", "macOS: Metal GPU backend")
     x86 = machine in ("x86_64", "amd64", "i686", "i386")
     if x86 and flags is None:
         flags = read_cpu_flags()
@@ -134,8 +137,8 @@ def recommend(system: str | None = None, machine: str | None = None, flags=None,
     else:
         why = f"{machine} CPU: llama.cpp's own native build"
     if nvidia:
-        return Choice(f"-DGGML_CUDA=on {cpu}".strip(), f"nvidia-smi found: CUDA; {why}")
-    return Choice(cpu, why)
+        return Choice(f"-DGGML_CUDA=on {cpu} {RPC_ON}".replace("  ", " "), f"nvidia-smi found: CUDA; {why}")
+    return Choice(f"{cpu} {RPC_ON}".strip(), why)
 
 
 def wheel_key(cmake_args: str, version: str = LLAMA_CPP_PYTHON_VERSION) -> str:

@@ -48,7 +48,8 @@ else:  # run as a script
 
 log = logging.getLogger(__name__)
 
-TOOLS = ("llama-server", "llama-bench", "llama-batched-bench")
+# ggml-rpc-server: the other end of --target-rpc, for the RPC bench and its tests
+TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", "ggml-rpc-server")
 EXTRA_CMAKE_ARGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
                     "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF")
 # Turned on in the wheel's build tree: llama.cpp's tools/ (which then adds mtmd itself, so the
