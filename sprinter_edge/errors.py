@@ -61,6 +61,17 @@ class BackendError(SprinterError):
     exit_code = 8
 
 
+class TargetLostError(BackendError):
+    """The target's rpc-server went away mid-use, or never answered as one (`at_load`;
+    backend/rpc.py): this process cannot use it again."""
+
+    exit_code = 10
+
+    def __init__(self, message: str, *, at_load: bool = False):
+        super().__init__(message)
+        self.at_load = at_load
+
+
 class DiskError(SprinterError):
     """The cache could not be written: the disk is full (or another OSError while writing)."""
 

@@ -33,12 +33,13 @@ class Hardware:
     target_gpu_layers: int = 0
     n_batch: int = 512
     flash_attn: str = "auto"  # "on", "off", or "auto": off for repacked weights on the CPU (LoadOptions)
+    target_rpc: tuple[str, ...] = ()  # rpc-servers (HOST:PORT) holding the target (backend/rpc.py)
 
     def options(self, role: str) -> LoadOptions:
         layers = self.draft_gpu_layers if role == "draft" else self.target_gpu_layers
         return LoadOptions(n_ctx=self.n_ctx, n_threads=self.n_threads,
                            n_gpu_layers=999 if layers < 0 else layers, n_batch=self.n_batch,
-                           flash_attn=self.flash_attn)
+                           flash_attn=self.flash_attn, rpc=self.target_rpc if role == "target" else ())
 
 
 class ModelPair:

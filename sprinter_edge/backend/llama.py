@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, ContextOverflowError, ModelFileError
-from . import native
+from . import native, rpc
 from .native import llama_cpp
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ class LoadOptions:
     # batch-invariant anyway; without repacking they can be (greedy speculation token-identical
     # to ar), and there only with it on.
     flash_attn: str = "auto"
+    # rpc-servers (HOST:PORT) that hold every layer, through llama.cpp's RPC backend (backend/rpc.py)
+    rpc: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.flash_attn not in FLASH_ATTN:
@@ -140,6 +142,11 @@ class LlamaModel:
 
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = self.options.n_gpu_layers
+        self.rpc_devices: rpc.Devices | None = None
+        if self.options.rpc:
+            self.rpc_devices = rpc.Devices(self.options.rpc)
+            mparams.devices = self.rpc_devices.pointer
+            mparams.n_gpu_layers = 999
         mparams.use_mmap = self.options.use_mmap
         if native.avoid_extra_buffers():
             # Native builds with AMX crash on the first decode on some Xeons.
@@ -181,6 +188,10 @@ class LlamaModel:
             )
         self._ctx = ctx
         self._memory = llama_cpp.llama_get_memory(ctx)
+        if self.rpc_devices is not None:
+            rpc.note_in_use(self.options.rpc)
+            log.info("%s on %s; keepalive on %d sockets", self.path.name,
+                     ", ".join(self.rpc_devices.names), self.rpc_devices.keep_alive())
         self._embeddings_on = False
 
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)

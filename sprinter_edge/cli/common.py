@@ -10,6 +10,7 @@ from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
 from ..backend.llama import AUTO_CTX, AUTO_CTX_MEMORY, FLASH_ATTN
+from ..backend.rpc import parse_endpoints
 from ..decoding import SamplingParams, all_settings
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
@@ -43,6 +44,11 @@ def add_hardware_args(p: argparse.ArgumentParser, *, ctx_default: int | None = N
                    help="draft layers on the GPU (0 = CPU, -1 = all)")
     g.add_argument("--target-gpu-layers", type=int, default=None,
                    help="target layers on the GPU (0 = CPU, -1 = all)")
+    g.add_argument("--target-rpc", metavar="HOST:PORT[,HOST:PORT]", default=None,
+                   help="put every target layer on these llama.cpp rpc-servers (`ggml-rpc-server -H "
+                        "HOST -p PORT` on the machine with the memory or the GPU; docs/rpc.md); the "
+                        "draft, the verifier and the copy stay here. The port is unauthenticated: "
+                        "bind it to a private address")
     g.add_argument("--flash-attn", choices=FLASH_ATTN, default="auto",
                    help="flash attention; auto: off where every layer runs on the CPU and llama.cpp "
                         "repacked the weights (there a batched call at depth costs less without it), "
@@ -193,7 +199,8 @@ def hardware_from(args: argparse.Namespace) -> Hardware:
 
     return Hardware(n_threads=args.threads, n_ctx=args.ctx,
                     draft_gpu_layers=layers(args.draft_gpu_layers),
-                    target_gpu_layers=layers(args.target_gpu_layers), flash_attn=args.flash_attn)
+                    target_gpu_layers=layers(args.target_gpu_layers), flash_attn=args.flash_attn,
+                    target_rpc=parse_endpoints(args.target_rpc) if args.target_rpc else ())
 
 
 def engine_from(args: argparse.Namespace, *, method: str | None = None, with_draft: bool = False) -> Engine:

@@ -8,6 +8,7 @@ import platform
 import sys
 
 from ..backend import buildflags, native
+from ..backend.rpc import dial, parse_endpoints
 from ..catalog.registry import load_registry
 from ..catalog.store import cache_listing, clean_stale_partials, ensure_model, status
 from ..errors import SprinterError
@@ -51,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip loading models and timing")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--gpu", action="store_true", help="time with every layer on the GPU")
+    p.add_argument("--target-rpc", metavar="HOST:PORT[,HOST:PORT]", default=None,
+                   help="time the target on these llama.cpp rpc-servers, round trips included "
+                        "(as `generate --target-rpc` runs it); shows each server's round trip")
     p.add_argument("--curve", action="store_true",
                    help="also time the target at every batch size of 1..32 the bench uses, raw (not "
                         "smoothed), one logits row, and say where a larger batch costs less (about "
@@ -183,10 +187,20 @@ def run_doctor(args: argparse.Namespace) -> int:
     from ..planning.planner import flat_bound
 
     layers = -1 if args.gpu else 0
+    rpc_servers = parse_endpoints(args.target_rpc) if args.target_rpc else ()
+    for endpoint in rpc_servers:
+        try:
+            times = sorted(dial(endpoint) for _ in range(5))
+        except SprinterError as exc:
+            print(f"  (no timing: {exc})")
+            return 1
+        print(f"rpc-server    {endpoint}: TCP connect {times[2] * 1e3:.1f} ms (median of 5; about one "
+              "round trip, and a decode call makes several)")
     try:
         engine = Engine.from_pair(pair.name, download=False, offline=True, progress=False, method="auto",
                                   hardware=Hardware(n_threads=args.threads, n_ctx=4096,
-                                                    draft_gpu_layers=layers, target_gpu_layers=layers))
+                                                    draft_gpu_layers=layers, target_gpu_layers=layers,
+                                                    target_rpc=rpc_servers))
         if args.retime:
             from ..costs.table import machine_costs
 

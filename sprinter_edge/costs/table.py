@@ -393,11 +393,14 @@ def _machine_key(options: Any) -> dict[str, Any]:
     """What a decode cost depends on besides the model: build, CPU and load options."""
     from ..backend import native
 
-    return {"format": FORMAT, "llama_cpp": native.llama_cpp_version(), "build": native.system_info(),
-            "cpu": cpu_name(), "machine": platform.machine(),
-            "threads": options.threads(), "gpu_layers": options.n_gpu_layers, "n_batch": options.n_batch,
-            "extra_buffers": not native.avoid_extra_buffers(), "mmap": options.use_mmap,
-            "flash_attn": options.flash_attn}
+    key = {"format": FORMAT, "llama_cpp": native.llama_cpp_version(), "build": native.system_info(),
+           "cpu": cpu_name(), "machine": platform.machine(),
+           "threads": options.threads(), "gpu_layers": options.n_gpu_layers, "n_batch": options.n_batch,
+           "extra_buffers": not native.avoid_extra_buffers(), "mmap": options.use_mmap,
+           "flash_attn": options.flash_attn}
+    if options.rpc:  # timed through the network, round trips included: a table per route
+        key["rpc"] = list(options.rpc)
+    return key
 
 
 def cost_key(model: Any) -> dict[str, Any]:

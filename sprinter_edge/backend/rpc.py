@@ -1,0 +1,239 @@
+"""A target on other machines: llama.cpp's own RPC backend (`ggml-rpc-server` on each).
+
+`--target-rpc HOST:PORT[,HOST:PORT]` puts every layer of the target on those servers; the draft,
+the verifier and the copy stay here. Nothing of our own crosses the network: llama.cpp's client
+(`ggml_backend_rpc_add_server`, the path its `--rpc` takes) gives devices that go into
+`llama_model_params.devices`.
+
+Faults. llama.cpp's RPC client aborts the process when a server is not there or goes away
+(`GGML_ABORT`, a C backtrace). So: a server is dialled before llama.cpp is (one line of error
+when it is not there); the sockets llama.cpp opens get TCP keepalive and a user timeout (a peer
+that vanishes without a reset is found in ~30 s, not never); and an abort callback turns the
+abort into a `TargetLostError` handed to `on_lost`'s handler, which by default prints one line
+and exits. The thread llama.cpp aborted in cannot go on (C++ frames sit under it): a handler
+that must keep the process alive (the server) parks it, and the lost target is never used again
+in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import socket
+import stat
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import llama_cpp
+
+from ..errors import BackendError, SettingsError, TargetLostError
+
+DIAL_TIMEOUT = 5.0  # seconds to wait for a server's TCP answer before llama.cpp dials it
+HELLO_TIMEOUT = 15.0  # seconds to wait for its answer to llama.cpp's hello
+# a peer silent this long is gone: keepalive probes after 10 s idle, 5 s apart, 4 tries; and
+# data unacknowledged for 30 s ends the connection (TCP_USER_TIMEOUT, Linux)
+KEEPALIVE = {"idle": 10, "interval": 5, "count": 4}
+USER_TIMEOUT_MS = 30_000
+
+
+def parse_endpoints(text: str | Sequence[str]) -> tuple[str, ...]:
+    """`HOST:PORT[,HOST:PORT]` (or a list of them) as a tuple, each checked."""
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    endpoints = tuple(p.strip() for p in parts if p.strip())
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingsError(f"--target-rpc: {endpoint!r} is not HOST:PORT")
+    return endpoints
+
+
+def split(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def dial(endpoint: str, timeout: float = DIAL_TIMEOUT) -> float:
+    """Seconds a TCP connect to `endpoint` took; a one-line BackendError when nothing answers."""
+    import time
+
+    host, port = split(endpoint)
+    t0 = time.perf_counter()
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return time.perf_counter() - t0
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BackendError(f"cannot reach the target's rpc-server at {endpoint}: {reason} (is `ggml-rpc-"
+                           f"server -H HOST -p {port}` running there, and the port open?)") from None
+
+
+# ------------------------------------------------------------------------------ ggml through ctypes
+
+def _ggml() -> ctypes.CDLL:
+    """libggml as llama-cpp-python loaded it (the same handle: the library is already in)."""
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    names = ("libggml.so", "libggml.dylib", "ggml.dll")
+    for name in names:
+        if (lib_dir / name).exists():
+            lib = ctypes.CDLL(str(lib_dir / name))
+            break
+    else:
+        raise BackendError(f"libggml not found in {lib_dir}")
+    p = ctypes.c_void_p
+    for fn, args, res in (("ggml_backend_reg_by_name", [ctypes.c_char_p], p),
+                          ("ggml_backend_reg_get_proc_address", [p, ctypes.c_char_p], p),
+                          ("ggml_backend_reg_dev_count", [p], ctypes.c_size_t),
+                          ("ggml_backend_reg_dev_get", [p, ctypes.c_size_t], p),
+                          ("ggml_backend_dev_description", [p], ctypes.c_char_p),
+                          ("ggml_set_abort_callback", [p], p)):
+        f = getattr(lib, fn)
+        f.argtypes, f.restype = args, res
+    return lib
+
+
+_AddServer = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+_AbortCallback = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+
+class Devices:
+    """The RPC devices of some endpoints, as the NULL-terminated array llama.cpp takes."""
+
+    def __init__(self, endpoints: Sequence[str]):
+        from . import native
+
+        native.ensure_backend()
+        self.endpoints = tuple(endpoints)
+        for endpoint in self.endpoints:
+            dial(endpoint)
+        lib = _ggml()
+        reg = lib.ggml_backend_reg_by_name(b"RPC")
+        if not reg:
+            raise BackendError("this llama-cpp-python was built without llama.cpp's RPC backend: "
+                               "run tools/setup.sh again (it builds with -DGGML_RPC=ON)")
+        add_server = _AddServer(lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server"))
+        guard_aborts()
+        devices: list[int] = []
+        global _dialling
+        for endpoint in self.endpoints:
+            _dialling = endpoint
+            # llama.cpp waits for the hello's answer without a timeout (a port that is not an
+            # rpc-server answers nothing): we give it HELLO_TIMEOUT
+            watchdog = threading.Timer(HELLO_TIMEOUT, _report, ("no answer to llama.cpp's hello "
+                                                                f"in {HELLO_TIMEOUT:g} s",))
+            watchdog.daemon = True
+            watchdog.start()
+            server = add_server(endpoint.encode())  # dials it and says hello (aborts if it cannot)
+            watchdog.cancel()
+            _dialling = None
+            devices += [lib.ggml_backend_reg_dev_get(server, i)
+                        for i in range(lib.ggml_backend_reg_dev_count(server))]
+        if not devices:
+            raise BackendError(f"the rpc-server(s) at {', '.join(self.endpoints)} offer no device")
+        self.names = [lib.ggml_backend_dev_description(d).decode(errors="replace") for d in devices]
+        self.array = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+
+    @property
+    def pointer(self) -> int:
+        return ctypes.addressof(self.array)
+
+    def keep_alive(self) -> int:
+        """Keepalive and a user timeout on every socket this process holds to the endpoints
+        (llama.cpp's own, found by their peer address); the number of sockets set."""
+        peers = {_resolve(e) for e in self.endpoints}
+        done = 0
+        for fd in _open_fds():
+            with contextlib.suppress(OSError):
+                if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    continue
+                with socket.socket(fileno=os.dup(fd)) as s:  # the same socket, our own fd
+                    if s.type != socket.SOCK_STREAM or s.getpeername()[:2] not in peers:
+                        continue
+                    _set_keepalive(s)
+                    done += 1
+        return done
+
+
+def _resolve(endpoint: str) -> tuple[str, int]:
+    host, port = split(endpoint)
+    with contextlib.suppress(OSError):
+        host = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+    return host, port
+
+
+def _open_fds() -> list[int]:
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        with contextlib.suppress(OSError):
+            return [int(n) for n in os.listdir(folder) if n.isdigit()]
+    return list(range(3, 1024))
+
+
+def _set_keepalive(s: socket.socket) -> None:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE["idle"]), ("TCP_KEEPINTVL", KEEPALIVE["interval"]),
+                        ("TCP_KEEPCNT", KEEPALIVE["count"]), ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
+        if hasattr(socket, name):
+            s.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
+# ------------------------------------------------------------------------------ aborts
+
+def exit_on_lost(exc: TargetLostError) -> None:
+    """The default: one line on stderr, exit status 3 (a CLI's reply ends there)."""
+    sys.stderr.write(f"\nsprinter-edge: error: {exc}\n")
+    sys.stderr.flush()
+    os._exit(exc.exit_code)
+
+
+_handler: Callable[[TargetLostError], None] = exit_on_lost
+_endpoints_in_use: list[str] = []
+_dialling: str | None = None  # the endpoint llama.cpp is saying hello to
+_lost = threading.Event()
+
+
+def on_lost(handler: Callable[[TargetLostError], None]) -> None:
+    """What happens when llama.cpp aborts while a target is on rpc-servers: `handler` gets the
+    error on the thread llama.cpp aborted in. If it returns, that thread is parked for good."""
+    global _handler
+    _handler = handler
+
+
+def lost() -> bool:
+    """Whether a target's rpc-server went away in this process."""
+    return _lost.is_set()
+
+
+@_AbortCallback
+def _abort_callback(message: bytes | None) -> None:
+    try:
+        _report((message or b"").decode(errors="replace").strip())
+    finally:
+        threading.Event().wait()  # never return into llama.cpp: it would abort()
+
+
+def _report(text: str) -> None:
+    if _dialling is not None:
+        error = TargetLostError(f"{_dialling} did not answer as llama.cpp's rpc-server does ({text}): is it "
+                                "one, built from the same llama.cpp version (llama-cpp-python "
+                                f"{llama_cpp.__version__}'s)?", at_load=True)
+    else:
+        where = ", ".join(_endpoints_in_use) or "?"
+        error = TargetLostError(f"the target's rpc-server at {where} went away ({text})")
+    _lost.set()
+    _handler(error)
+
+
+_guarded = False
+
+
+def guard_aborts() -> None:
+    global _guarded
+    if not _guarded:
+        _ggml().ggml_set_abort_callback(ctypes.cast(_abort_callback, ctypes.c_void_p))
+        _guarded = True
+
+
+def note_in_use(endpoints: Sequence[str]) -> None:
+    _endpoints_in_use.extend(e for e in endpoints if e not in _endpoints_in_use)
