@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from ..backend.rpc import dial
 from .common import (
     add_cache_ram_arg,
     add_decoding_args,
@@ -56,6 +57,34 @@ def run(args: argparse.Namespace) -> int:
     defaults = sampling_from(args).replace(stop=())
     print(f"sprinter-edge serve: model {model_id!r} (method {engine.settings.method}) on "
           f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    for endpoint in engine.hardware.target_rpc:  # one line now, not a failed load after listening
+        dial(endpoint)
     serve(engine, model_id=model_id, host=args.host, port=args.port, defaults=defaults,
-          log_level=args.log_level)
+          log_level=args.log_level, on_target_lost=restart_when_back if engine.hardware.target_rpc else None)
     return 0
+
+
+def restart_when_back(endpoints: tuple[str, ...]) -> None:
+    """After the target's rpc-server went away (the server answers 503 meanwhile): wait until
+    every endpoint answers again, then start this same command afresh in this process (the lost
+    target cannot be loaded again in it; llama.cpp keeps the dead connection)."""
+    import os
+    import threading
+    import time
+
+    from ..backend.rpc import dial
+    from ..errors import BackendError
+
+    def wait_and_restart() -> None:
+        while True:
+            time.sleep(2.0)
+            try:
+                for endpoint in endpoints:
+                    dial(endpoint, timeout=2.0)
+            except BackendError:
+                continue
+            print("sprinter-edge serve: the rpc-server answers again: restarting", file=sys.stderr,
+                  flush=True)
+            os.execv(sys.executable, [sys.executable, "-m", "sprinter_edge", *sys.argv[1:]])
+
+    threading.Thread(target=wait_and_restart, name="sprinter-edge-rpc-watch", daemon=True).start()

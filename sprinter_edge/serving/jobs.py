@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from fastapi.responses import StreamingResponse
 
 from ..decoding import Chunk, GenerationResult, SamplingParams
-from ..errors import ContextOverflowError, GrammarError, SprinterError
+from ..errors import ContextOverflowError, GrammarError, SprinterError, TargetLostError
 from ..grammar import Constraint
 from ..verifiers.operating_point import OperatingPoint
 from .responses import (
@@ -108,14 +108,16 @@ def submit(worker: EngineWorker, defaults: SamplingParams,
 
 
 async def wait_started(job: Job) -> None:
-    """Wait until the worker has accepted the job; a refusal is a 400 (a bad request) or a
-    500 (anything else)."""
+    """Wait until the worker has accepted the job; a refusal is a 400 (a bad request), a 503
+    (the target's rpc-server went away) or a 500 (anything else)."""
     try:
         event, value = await job.events.get()
     except BaseException:
         job.cancel()
         raise
     if event == "error":
+        if isinstance(value, TargetLostError):  # the server's fault, not the request's
+            raise ApiError(503, str(value), type_="server_error")
         status = 400 if isinstance(value, (SprinterError, ValueError)) else 500
         code = "context_length_exceeded" if isinstance(value, ContextOverflowError) else None
         raise ApiError(status, str(value), type_="invalid_request_error" if status == 400

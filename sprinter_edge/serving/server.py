@@ -12,11 +12,13 @@ server: docs/server.md.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from fastapi import FastAPI
 
 from ..api import Engine
 from ..decoding import SamplingParams
+from ..errors import TargetLostError
 from .handlers import ServerState, install_error_handlers, lifespan, router
 from .worker import EngineWorker
 
@@ -39,11 +41,24 @@ def create_app(engine: Engine, *, model_id: str, defaults: SamplingParams | None
 
 
 def serve(engine: Engine, *, model_id: str, host: str = "127.0.0.1", port: int = 8000,
-          defaults: SamplingParams | None = None, log_level: str = "info") -> None:
+          defaults: SamplingParams | None = None, log_level: str = "info",
+          on_target_lost: Callable[[tuple[str, ...]], None] | None = None) -> None:
     """Serve until interrupted: listening at once, the models loading on the worker thread
-    (/health says "loading" with a 503 until they are; requests wait in line)."""
+    (/health says "loading" with a 503 until they are; requests wait in line). A target on
+    rpc-servers that go away ends the running reply with an error and answers every request
+    after it with a 503; `on_target_lost(endpoints)` is then called (e.g. to restart when they
+    are back)."""
     import uvicorn
 
-    app = create_app(engine, model_id=model_id, defaults=defaults,
-                     worker=EngineWorker(engine, prepare=engine.load))
+    worker = EngineWorker(engine, prepare=engine.load)
+    if engine.hardware.target_rpc:
+        from ..backend import rpc
+
+        def lost(exc: TargetLostError) -> None:
+            worker.lose_target(exc)
+            if on_target_lost is not None and not exc.at_load:  # a wrong port stays wrong
+                on_target_lost(engine.hardware.target_rpc)
+
+        rpc.on_lost(lost)
+    app = create_app(engine, model_id=model_id, defaults=defaults, worker=worker)
     uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1)

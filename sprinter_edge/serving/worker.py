@@ -90,6 +90,8 @@ class EngineWorker:
         self._prepare = prepare
         self.state = "loading" if prepare is not None else "ready"  # | "failed"
         self.load_error: Exception | None = None
+        self.lost: Exception | None = None  # the target went away: every request ends with it
+        self._current: Job | None = None
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="sprinter-edge-worker", daemon=True)
 
@@ -108,8 +110,28 @@ class EngineWorker:
                origins: bool = False, **kwargs: Any) -> Job:
         """Queue a generation (call from the event loop); read its events from `job.events`."""
         job = Job(prompt, kwargs, asyncio.get_running_loop(), origins=origins)
-        self._jobs.put(job)
+        if self.lost is not None:  # the worker thread is parked for good: nobody would answer
+            self.counters.failed += 1
+            job.emit("error", self.lost)
+        else:
+            self._jobs.put(job)
         return job
+
+    def lose_target(self, exc: Exception) -> None:
+        """The target is gone for this process (its rpc-server went away; backend/rpc.py calls
+        this on the thread llama.cpp aborted in, and parks the worker's): the running reply and
+        every queued or later request end with `exc`."""
+        self.state, self.load_error, self.lost = "failed", exc, exc
+        self.counters.busy = False
+        log.error("%s", exc)
+        pending = [self._current] if self._current is not None else []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                pending.append(self._jobs.get_nowait())
+        for job in pending:
+            if job is not None:
+                self.counters.failed += 1
+                job.emit("error", exc)
 
     def _loop(self) -> None:
         if self._prepare is not None:
@@ -123,13 +145,13 @@ class EngineWorker:
             job = self._jobs.get()
             if job is None:
                 return
-            self.counters.busy = True
+            self.counters.busy, self._current = True, job
             try:
                 self._run(job)
             except Exception:  # never let one request kill the worker
                 log.exception("request failed")
             finally:
-                self.counters.busy = False
+                self.counters.busy, self._current = False, None
 
     def _run(self, job: Job) -> None:
         if job.cancelled.is_set():
