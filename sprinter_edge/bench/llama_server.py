@@ -171,9 +171,10 @@ class LlamaServer:
 
     def __init__(self, name: str, binary: Path, target: Path, *, draft: Path | None = None,
                  n_ctx: int = 4096, n_threads: int | None = None, no_repack: bool = False,
-                 flash_attn: str = "auto",
+                 flash_attn: str = "auto", rpc: Sequence[str] = (),
                  startup_timeout: float = STARTUP_TIMEOUT, options: Sequence[str] = ()):
-        """`options`: the row's own llama-server options, after the configuration's."""
+        """`options`: the row's own llama-server options, after the configuration's; `rpc`: the
+        target's layers on these rpc-servers (its draft stays on this CPU), as the engine's."""
         if name not in SERVER_CONFIGS:
             raise ValueError(f"unknown llama-server configuration {name!r}; choose from "
                              f"{', '.join(SERVER_METHODS)}")
@@ -189,6 +190,8 @@ class LlamaServer:
                                 "-fa", flash_attn, *config_options, *options]
         if needs_draft and draft is not None:
             self.args += ["-md", str(draft), "-td", str(threads), "-tbd", str(threads)]
+        if rpc:
+            self.args += ["--rpc", ",".join(rpc), "-ngl", "99"] + (["-ngld", "0"] if needs_draft else [])
         if no_repack:  # the engine loads weights without extra buffer types: the same here
             self.args.append("--no-repack")
         self.startup_timeout = startup_timeout

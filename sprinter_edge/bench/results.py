@@ -89,6 +89,9 @@ class BenchConfig:
     settings: dict[str, Any] = field(default_factory=dict)  # the methods' own (decoding/settings.py)
     peer_ctx: int = 2048
     server_ctx: int = 4096  # llama-server's context: the engine's
+    # llama-server rows' --rpc when the engine's target is on an rpc-server: another one (a
+    # ggml-rpc-server serves one client at a time, and the engine's stays connected)
+    peer_rpc: tuple[str, ...] = ()
     pair: str | None = None  # the registered pair's name (None: local files)
     command: str = ""  # the command line, for the report
 
@@ -161,6 +164,15 @@ def plan(engine: Engine, config: BenchConfig,
     server_binary = None
     if not config.peers:
         methods = [m for m in methods if server_base(m) not in runner.PEER_METHODS]
+    if engine.hardware.target_rpc and any(m in runner.LLAMA_CPP_METHODS for m in methods):
+        notes.append("llama-cpp rows skipped: llama-cpp-python's Llama cannot put a target on rpc-servers")
+        methods = [m for m in methods if m not in runner.LLAMA_CPP_METHODS]
+    server_rows = [m for m in methods if server_base(m) in SERVER_METHODS]
+    if engine.hardware.target_rpc and len(server_rows) > len(config.peer_rpc):
+        left = server_rows[len(config.peer_rpc):]
+        notes.append(f"{', '.join(left)} skipped: an rpc-server serves one client at a time, and --peer-rpc "
+                     "names none for them")
+        methods = [m for m in methods if m not in left]
     if any(m in runner.LLAMA_CPP_METHODS for m in methods):
         why = peers.unavailable_reason()
         if why:
@@ -220,7 +232,7 @@ def run(engine: Engine, config: BenchConfig, bench_plan: BenchPlan,
                            draft_len=config.settings.get("draft_len", 4), peer_ctx=config.peer_ctx,
                            server_ctx=config.server_ctx, server_binary=bench_plan.server_binary,
                            no_repack=native.avoid_extra_buffers(),
-                           flash_attn=engine.target.flash_attn)
+                           flash_attn=engine.target.flash_attn, target_rpc=config.peer_rpc)
     bench = runner.Runner(engine, specs, cfg, verifiers=bench_plan.verifiers)
     t0 = time.perf_counter()
     servers: dict[str, list[str]] = {}

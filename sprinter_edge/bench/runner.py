@@ -197,6 +197,9 @@ class RunConfig:
     no_repack: bool = False  # load the servers' weights without repacking, as the engine does here
     flash_attn: str = "auto"  # the peers' flash attention ("on", "off", "auto"): the engine's
     threads: int | None = None
+    # an rpc-server for each llama-server row, in order: its target's layers go there (its draft stays
+    # here); an rpc-server serves one client at a time
+    target_rpc: tuple[str, ...] = ()
     draft_len: int = 4
     # "all": every run is re-scored by the target (log-prob, agreement, drift columns);
     # "verifier": only runs with tokens the target never saw (the eta_FP and drift columns);
@@ -232,6 +235,7 @@ class Runner:
             server = LlamaServer(method, cfg.server_binary, self.target_path,
                                  draft=self.draft_path if needs_draft else None, n_ctx=cfg.server_ctx,
                                  n_threads=cfg.threads, no_repack=cfg.no_repack, flash_attn=cfg.flash_attn,
+                                 rpc=self._next_rpc(),
                                  options=spec.server_options if spec is not None else ())
             self.peers[key] = server  # registered first: close() stops it whatever start() does
             server.start()
@@ -242,6 +246,11 @@ class Runner:
                                           n_threads=cfg.threads, flash_attn=cfg.flash_attn == "on",
                                           num_pred_tokens=cfg.draft_len)
         return self.peers[method]
+
+    def _next_rpc(self) -> tuple[str, ...]:
+        """The rpc-server of the next llama-server row started (one each; none without RPC)."""
+        started = sum(isinstance(p, LlamaServer) for p in self.peers.values())
+        return (self.config.target_rpc[started],) if started < len(self.config.target_rpc) else ()
 
     def server_commands(self) -> dict[str, list[str]]:
         """The command line of every llama-server started, by row."""

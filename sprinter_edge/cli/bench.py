@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 
+from ..backend.rpc import parse_endpoints
 from ..bench import costmodel, edits, structured
-from ..bench.llama_server import SERVER_CONFIGS
+from ..bench.llama_server import SERVER_CONFIGS, SERVER_METHODS, server_base
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import all_methods, split_methods
 from ..errors import SprinterError
@@ -129,6 +131,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the servers --agents drives, one after another: serve:METHOD (`sprinter-edge "
                         "serve --method METHOD`, else its defaults) or a llama-server configuration ("
                         + ", ".join(SERVER_CONFIGS) + ")")
+    g.add_argument("--rpc-delays", default=None, metavar="MS,...",
+                   help="run the whole bench once per delay with the target across a network: "
+                        "llama.cpp's ggml-rpc-server (tools/build_llama_server.sh builds it) holds the "
+                        "target, a proxy on the loopback delays every packet this many ms each way "
+                        "(e.g. 0,1,5); the engine's rows run with --target-rpc, llama-server's with "
+                        "--rpc, both through it; writes rpc-<delay>ms/ in --out and rpc.json, rpc.md "
+                        "side by side")
+    g.add_argument("--peer-rpc", default=None, metavar="HOST:PORT[,HOST:PORT]",
+                   help="with --target-rpc: an rpc-server for each llama-server row, in the order of "
+                        "--methods (a ggml-rpc-server serves one client at a time, and every row's "
+                        "process and the engine stay connected); rows without one are left out")
     g.add_argument("--prompts", metavar="FILE",
                    help="extra prompts: one per line, or JSONL with a 'prompt' field")
     g.add_argument("--max-tokens", type=int, default=None,
@@ -220,7 +233,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         humaneval_timeout=args.humaneval_timeout, cost_sizes=None if args.no_cost_model else sizes,
         cost_repeats=repeats, warmup=not args.no_warmup, rescore=args.rescore, peers=not args.no_peers,
         threads=args.threads, settings=method_settings_from(args),
-        peer_ctx=min(args.ctx, 4096), server_ctx=args.ctx, pair=args.pair if not args.target else None,
+        peer_ctx=min(args.ctx, 4096), server_ctx=args.ctx,
+        peer_rpc=parse_endpoints(args.peer_rpc) if args.peer_rpc else (),
+        pair=args.pair if not args.target else None,
         command=command_line())
 
 
@@ -253,10 +268,48 @@ def run_agents(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import report, results
-
     if args.agents:
         return run_agents(args)
+    if args.rpc_delays:
+        return run_network(args)
+    run_once(args, args.out)
+    return 0
+
+
+def run_network(args: argparse.Namespace) -> int:
+    """`bench --rpc-delays`: the bench once per delay, the target on a delayed rpc-server."""
+    import json
+
+    from ..bench import network
+
+    delays = network.parse_delays(args.rpc_delays)
+    if args.target_rpc or args.peer_rpc:
+        raise SprinterError("--rpc-delays starts its own rpc-servers: leave --target-rpc and --peer-rpc out")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def bench_one(route: network.Route) -> list:
+        print(f"--- the target {route.delay_ms:g} ms away each way: the engine's on {route.engine}, "
+              f"llama-server's on {', '.join(route.peers) or '-'} ---", file=sys.stderr, flush=True)
+        args.target_rpc, args.peer_rpc = route.engine, ",".join(route.peers)
+        return run_once(args, args.out / f"rpc-{route.delay_ms:g}ms")
+
+    t0 = time.perf_counter()
+    servers = [m for m in split_methods(args.methods) if server_base(m) in SERVER_METHODS]
+    peers = 0 if args.no_peers else len(servers)
+    rows = network.run(delays, bench_one, peers=peers, threads=args.threads, log=args.out / "rpc-server.log")
+    table = network.markdown(rows)
+    (args.out / "rpc.json").write_text(json.dumps({"command": command_line(), "delays_ms": list(delays),
+                                                   "rows": rows}, indent=2) + "\n")
+    (args.out / "rpc.md").write_text(table + "\n")
+    print(table)
+    print(f"wrote {args.out / 'rpc.json'}, {args.out / 'rpc.md'} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def run_once(args: argparse.Namespace, out: Path) -> list:
+    """The bench the flags describe, written to `out`; its rows."""
+    from ..bench import report, results
+
     config = config_from(args)
     # what is missing shows before any model loads: a missing package costs one line
     require("`sprinter-edge bench`", "matplotlib")
@@ -292,11 +345,11 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.close()
         draft = engine.draft_path.name if engine.draft_path else "-"
-        paths = results.write(outcome, args.out, title=f"target {engine.target_path.name}, draft {draft}")
+        paths = results.write(outcome, out, title=f"target {engine.target_path.name}, draft {draft}")
     finally:
         engine.close()
     print(report.markdown_table(outcome.rows))
     for n in outcome.notes:
         print(f"note: {n}")
     print(f"wrote {', '.join(map(str, paths))} ({outcome.wall_seconds:.0f} s)")
-    return 0
+    return list(outcome.rows)

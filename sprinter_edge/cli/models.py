@@ -194,8 +194,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         except SprinterError as exc:
             print(f"  (no timing: {exc})")
             return 1
-        print(f"rpc-server    {endpoint}: TCP connect {times[2] * 1e3:.1f} ms (median of 5; about one "
-              "round trip, and a decode call makes several)")
+        print(f"rpc-server    {endpoint}: TCP connect {times[2] * 1e3:.1f} ms (median of 5): one network "
+              "round trip; a target call pays about one more (its cost below includes them)")
     try:
         engine = Engine.from_pair(pair.name, download=False, offline=True, progress=False, method="auto",
                                   hardware=Hardware(n_threads=args.threads, n_ctx=4096,
