@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
-PAGES = ("README.md", "docs/results.md", "docs/journal.md")
+PAGES = ("README.md", "docs/results.md", "docs/journal.md", "docs/rpc.md")
 # inputs renamed since a run recorded its command: the caption names the file as it is now
 RENAMED = {"results/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl",
            "docs/prompts-fresh-session7.jsonl": "results/prompts-fresh.jsonl"}
@@ -166,13 +166,25 @@ class Agents:
 
 
 @dataclass(frozen=True)
+class Network:
+    """An rpc.json (`bench --rpc-delays`): each row at each delay, its speed against `ar` at the
+    same delay (`methods`: the rows to show, in order)."""
+
+    file: str
+    methods: tuple[str, ...]
+    workload: str  # what the prompts were, for the caption
+
+
+@dataclass(frozen=True)
 class Bounds:
     """`tools/replay.py bounds --out` files, their rows one after another."""
 
     files: tuple[str, ...]
 
 
-TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents] = {
+NETWORK_ROWS = ("ar", "sd", "lookup", "sprinter:balanced", "auto", "llama-server", "llama-server-ngram-mod",
+                "llama-server-draft-tuned")
+TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents | Network] = {
     # docs/results.md: the current tables
     "fresh-prompts": Table("bench-results-fresh-s7-long-calls.json"),
     "function-edits": Table("bench-results-edits-long-calls.json"),
@@ -189,6 +201,9 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents] = {
         columns=("source", "method", "decode", "vs ar", "of floor", "ttft", "e2e", "e2e vs ar",
                  "identical", "done?")),
     "agents": Agents("agents-report.json"),
+    "rpc-fresh": Network("rpc-fresh.json", NETWORK_ROWS,
+                         "3 HumanEval prompts and 2 chat prompts, 160 tokens"),
+    "rpc-files": Network("rpc-files.json", NETWORK_ROWS, "1 whole-file edit of the report split"),
     # docs/results.md and the README: the sealed set, run once on finished code
     "sealed-files": Table(("bench-results-sealed-files.json", "bench-results-sealed-files-11-14.json"),
                           labels=("tasks 1-10", "tasks 11-14"), columns=("source", *SEALED_COLUMNS)),
@@ -928,8 +943,51 @@ def render_agents(table: Agents, where: dict[str, tuple[str, str, str]]) -> str:
     return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
 
 
+def render_network(table: Network, where: dict[str, tuple[str, str, str]]) -> str:
+    data = load(table.file)
+    rows = {(r["delay_ms"], r["method"]): r for r in data["rows"]}
+    delays, far = data["delays_ms"], data["delays_ms"][-1]
+    edits = any(r.get("file_edit_pass") is not None for r in data["rows"])
+    passes = any(r.get("pass_at_1") is not None for r in data["rows"])
+    heads = (["row"] + [f"decode at {d:g} ms: tok/s (x ar)" for d in delays]
+             + [f"target calls/token at {far:g} ms", f"end to end at {far:g} ms: s (x ar)",
+                "identical to ar"] + (["HumanEval passed"] if passes else [])
+             + (["edit done"] if edits else []))
+    lines = [_row(heads), "|---" * len(heads) + "|"]
+    ar_e2e = (rows.get((far, "ar")) or {}).get("e2e_seconds")
+    for method in table.methods:
+        cells = [NETWORK_NAMES.get(method, method)]
+        for d in delays:
+            r = rows.get((d, method))
+            speed = None if r is None else f"{r['tokens_per_second']:.1f} ({_ratio(r['ratio_vs_ar'])})"
+            cells.append(speed or "-")
+        r = rows.get((far, method)) or {}
+        calls = r.get("target_calls_per_token")
+        cells.append(f"{calls:.2f}" if calls is not None else "-")
+        e2e = r.get("e2e_seconds")
+        cells.append(f"{e2e:.1f} ({_ratio(ar_e2e / e2e)})" if e2e and ar_e2e else "-")
+        # quality at every delay, where it differs (greedy: it should not, but for near-ties)
+        for key, shown in (("exact_match", True), ("pass_at_1", passes), ("file_edit_pass", edits)):
+            if shown:
+                vals = [rows[(d, method)].get(key) for d in delays if (d, method) in rows]
+                cells.append(", ".join(dict.fromkeys(f"{x:.0%}" for x in vals if x is not None)) or "-")
+        lines.append(_row(cells))
+    what = (f"the target on a ggml-rpc-server behind a proxy that holds each packet "
+            f"{', '.join(f'{d:g}' for d in delays)} ms each way (a round trip twice that), "
+            f"{table.workload}; ratios against `ar` at the same delay")
+    return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
+
+
+NETWORK_NAMES = {"sprinter:balanced": "`sprinter` (balanced, approximate)", "auto": "`auto`", "ar": "`ar`",
+                 "sd": "`sd`", "lookup": "`lookup`", "llama-server": "llama.cpp's server, plain",
+                 "llama-server-ngram-mod": "llama.cpp's server, ngram-mod",
+                 "llama-server-draft-tuned": "llama.cpp's server, `-md` tuned"}
+
+
 def render(name: str, where: dict[str, tuple[str, str, str]]) -> str:
     table = TABLES[name]
+    if isinstance(table, Network):
+        return render_network(table, where)
     if isinstance(table, Agents):
         return render_agents(table, where)
     if isinstance(table, Bounds):

@@ -14,7 +14,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -25,7 +28,9 @@ CHUNK = 1 << 16
 
 class DelayProxy:
     """Listens on (host, port) and forwards each connection to `to`, `delay_ms` each way; runs
-    its own event loop on a thread (`with DelayProxy(...) as proxy:` or start/stop)."""
+    its own event loop on a thread (`with DelayProxy(...) as proxy:` or start/stop). A timed
+    client must not share its process (`DelayProxyProcess`): the proxy's thread would wait for
+    the client's GIL, up to 5 ms a chunk."""
 
     def __init__(self, to: tuple[str, int], delay_ms: float, *, host: str = "127.0.0.1", port: int = 0):
         self.to, self.delay = to, delay_ms / 1000.0
@@ -121,6 +126,44 @@ class DelayProxy:
         writer.close()
 
 
+class DelayProxyProcess:
+    """A `DelayProxy` in a process of its own (`python -m sprinter_edge.bench.netdelay`), ready
+    when `start` returns."""
+
+    def __init__(self, to: tuple[str, int], delay_ms: float, *, port: int):
+        self.port = port
+        self.args = [sys.executable, "-m", "sprinter_edge.bench.netdelay", "--listen", f"127.0.0.1:{port}",
+                     "--to", f"{to[0]}:{to[1]}", "--delay-ms", f"{delay_ms:g}"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> DelayProxyProcess:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise OSError(f"the delay proxy exited with status {self.proc.returncode}: {self.args}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return self
+            if time.monotonic() > deadline:
+                raise OSError(f"the delay proxy did not listen on {self.endpoint} within {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def __enter__(self) -> DelayProxyProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sprinter_edge.bench.netdelay",
                                 description="A TCP proxy that delays every chunk each way (a network's "
@@ -135,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     with DelayProxy((to_host, int(to_port)), args.delay_ms, host=host, port=int(port)) as proxy:
         print(f"delaying {args.delay_ms:g} ms each way: {proxy.endpoint} -> {args.to} (Ctrl-C stops)",
               flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
     return 0

@@ -3,8 +3,9 @@
 `ggml-rpc-server`s (llama.cpp's, built by tools/build_llama_server.sh) hold the target: one
 serves one client at a time, and the engine and every llama-server row's process stay connected
 for the whole run, so each gets its own: the engine's rows with `--target-rpc`, each llama-server
-row with `--rpc` (their drafts stay on this CPU, as the engine's). For each delay a `DelayProxy`
-sits in front of each server, and the whole bench runs once through them. A round trip costs 2 x the
+row with `--rpc` (their drafts stay on this CPU, as the engine's). For each delay a delaying proxy
+(in a process of its own: in the bench's, it would wait for the engine's GIL) sits in front of
+each server, and the whole bench runs once through them. A round trip costs 2 x the
 delay; a target call makes several. `summary_rows` then puts every row of every delay side by
 side: decode speed, its ratio over `ar` at the same delay, target calls per token, end to end.
 """
@@ -23,7 +24,7 @@ from ..backend import llama_tools
 from ..backend.rpc import dial
 from ..errors import BackendError, SprinterError
 from .llama_server import _die_with_parent, free_port, stop_process
-from .netdelay import DelayProxy
+from .netdelay import DelayProxyProcess
 
 RPC_SERVER = "ggml-rpc-server"
 # each delay's proxy listens on a port of its own, the same from run to run: the engine's cost
@@ -121,7 +122,8 @@ def delayed_routes(delays: Sequence[float], *, peers: int, threads: int | None, 
         def routes() -> Iterator[Route]:
             for delay in delays:
                 with contextlib.ExitStack() as proxies:
-                    ends = [proxies.enter_context(DelayProxy(address(s), delay, port=proxy_port(delay, i))).endpoint
+                    ends = [proxies.enter_context(DelayProxyProcess(address(s), delay,
+                                                                    port=proxy_port(delay, i))).endpoint
                             for i, s in enumerate(servers)]
                     yield Route(delay, ends[0], tuple(ends[1:]))
 
@@ -133,7 +135,8 @@ def address(server: RpcServer) -> tuple[str, int]:
 
 
 SUMMARY_COLUMNS = ("delay_ms", "method", "tokens_per_second", "ratio_vs_ar", "ratio_vs_plain",
-                   "target_calls_per_token", "e2e_seconds", "ttft_seconds", "file_edit_pass")
+                   "target_calls_per_token", "e2e_seconds", "ttft_seconds", "pass_at_1", "exact_match",
+                   "file_edit_pass")
 
 
 def summary_rows(by_delay: dict[float, Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -148,14 +151,15 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
             return "-"
         if key in ("ratio_vs_ar", "ratio_vs_plain"):
             return f"{v:.2f}x"
-        if key == "file_edit_pass":
+        if key in ("file_edit_pass", "pass_at_1", "exact_match"):
             return f"{v:.0%}"
         if isinstance(v, float):
             return f"{v:.2f}" if key == "target_calls_per_token" else f"{v:.1f}"
         return str(v)
 
     heads = ("delay each way (ms)", "row", "decode tok/s", "x ar", "x own plain", "target calls/token",
-             "end to end s (mean)", "TTFT s (mean)", "whole-file edits done")
+             "end to end s (mean)", "TTFT s (mean)", "HumanEval pass@1", "identical to ar",
+             "whole-file edits done")
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     lines += ["| " + " | ".join(cell(k, r.get(k)) for k in SUMMARY_COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
