@@ -383,19 +383,27 @@ class LlamaModel:
         batch = self._batch
         n = len(tokens)
         batch.n_tokens = n
-        first_out = n - n_logits
+        # An rpc-server computes a graph after the call returns, and only a read waits for it: a
+        # call with no rows asked (a prompt read) gets its last row, read below, so that its
+        # time is its own and not billed to the next call
+        read_one = n_logits == 0 and self.rpc_devices is not None
+        first_out = n - max(n_logits, read_one)
         for i, tok in enumerate(tokens):
             batch.token[i] = tok
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
             batch.logits[i] = i >= first_out
-        self.output_rows += n if embeddings else n_logits
+        self.output_rows += n if embeddings else max(n_logits, read_one)
         rc = llama_cpp.llama_decode(self._ctx, batch)
         if rc != 0:
             # Leave the cache as it was before this call.
             llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.tokens), -1)
             raise BackendError(f"llama_decode failed with code {rc} ({self.path.name})")
+        # A GPU may still be computing: wait here, so that a call's time is its own
+        llama_cpp.llama_synchronize(self._ctx)
+        if read_one:
+            llama_cpp.llama_get_logits_ith(self._ctx, n - 1)
 
     def rollback(self, n: int) -> None:
         """Keep only the first n tokens in the KV cache."""

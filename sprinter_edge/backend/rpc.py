@@ -116,9 +116,8 @@ class Devices:
         add_server = _AddServer(lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server"))
         guard_aborts()
         devices: list[int] = []
-        global _dialling
         for endpoint in self.endpoints:
-            _dialling = endpoint
+            _Watch.dialling = endpoint
             # llama.cpp waits for the hello's answer without a timeout (a port that is not an
             # rpc-server answers nothing): we give it HELLO_TIMEOUT
             watchdog = threading.Timer(HELLO_TIMEOUT, _report, ("no answer to llama.cpp's hello "
@@ -127,7 +126,7 @@ class Devices:
             watchdog.start()
             server = add_server(endpoint.encode())  # dials it and says hello (aborts if it cannot)
             watchdog.cancel()
-            _dialling = None
+            _Watch.dialling = None
             devices += [lib.ggml_backend_reg_dev_get(server, i)
                         for i in range(lib.ggml_backend_reg_dev_count(server))]
         if not devices:
@@ -181,28 +180,26 @@ def _set_keepalive(s: socket.socket) -> None:
 # ------------------------------------------------------------------------------ aborts
 
 def exit_on_lost(exc: TargetLostError) -> None:
-    """The default: one line on stderr, exit status 3 (a CLI's reply ends there)."""
+    """The default: one line on stderr, the error's exit code (a CLI's reply ends there)."""
     sys.stderr.write(f"\nsprinter-edge: error: {exc}\n")
     sys.stderr.flush()
     os._exit(exc.exit_code)
 
 
-_handler: Callable[[TargetLostError], None] = exit_on_lost
-_endpoints_in_use: list[str] = []
-_dialling: str | None = None  # the endpoint llama.cpp is saying hello to
-_lost = threading.Event()
+class _Watch:
+    """What the abort callback needs to know: who to tell, which servers are in use, which one
+    llama.cpp is saying hello to."""
+
+    handler: Callable[[TargetLostError], None] = staticmethod(exit_on_lost)
+    in_use: list[str] = []
+    dialling: str | None = None
+    guarded = False
 
 
 def on_lost(handler: Callable[[TargetLostError], None]) -> None:
     """What happens when llama.cpp aborts while a target is on rpc-servers: `handler` gets the
     error on the thread llama.cpp aborted in. If it returns, that thread is parked for good."""
-    global _handler
-    _handler = handler
-
-
-def lost() -> bool:
-    """Whether a target's rpc-server went away in this process."""
-    return _lost.is_set()
+    _Watch.handler = handler
 
 
 @_AbortCallback
@@ -214,26 +211,21 @@ def _abort_callback(message: bytes | None) -> None:
 
 
 def _report(text: str) -> None:
-    if _dialling is not None:
-        error = TargetLostError(f"{_dialling} did not answer as llama.cpp's rpc-server does ({text}): is it "
-                                "one, built from the same llama.cpp version (llama-cpp-python "
+    if _Watch.dialling is not None:
+        error = TargetLostError(f"{_Watch.dialling} did not answer as llama.cpp's rpc-server does ({text}): "
+                                "is it one, built from the same llama.cpp version (llama-cpp-python "
                                 f"{llama_cpp.__version__}'s)?", at_load=True)
     else:
-        where = ", ".join(_endpoints_in_use) or "?"
+        where = ", ".join(_Watch.in_use) or "?"
         error = TargetLostError(f"the target's rpc-server at {where} went away ({text})")
-    _lost.set()
-    _handler(error)
-
-
-_guarded = False
+    _Watch.handler(error)
 
 
 def guard_aborts() -> None:
-    global _guarded
-    if not _guarded:
+    if not _Watch.guarded:
         _ggml().ggml_set_abort_callback(ctypes.cast(_abort_callback, ctypes.c_void_p))
-        _guarded = True
+        _Watch.guarded = True
 
 
 def note_in_use(endpoints: Sequence[str]) -> None:
-    _endpoints_in_use.extend(e for e in endpoints if e not in _endpoints_in_use)
+    _Watch.in_use.extend(e for e in endpoints if e not in _Watch.in_use)
