@@ -189,3 +189,16 @@ def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: netw
         serve.wait(20)
         log.close()
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+def test_costs_are_kept_per_route(fixture_target_path: Path) -> None:
+    """A target through an rpc-server is timed there, round trips included; a local target's key
+    is what it was before the RPC backend (the tables users have stay valid)."""
+    from sprinter_edge.backend.llama import LoadOptions
+    from sprinter_edge.costs.table import file_key
+
+    local = file_key(fixture_target_path, LoadOptions())
+    assert "rpc" not in local
+    far = file_key(fixture_target_path, LoadOptions(rpc=("10.0.0.2:50052",)))
+    assert far == {**local, "rpc": ["10.0.0.2:50052"]}
+    assert far != file_key(fixture_target_path, LoadOptions(rpc=("10.0.0.3:50052",)))
