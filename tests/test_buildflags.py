@@ -144,7 +144,8 @@ def test_missing_features_and_rebuild_command():
     assert zen5.unsupported == ()
     checkout, pip = zen5.commands
     assert checkout == "tools/setup.sh --rebuild"
-    assert pip.startswith(f'CMAKE_ARGS="{buildflags.x86_cmake_args(ZEN5)}" pip install --force-reinstall')
+    wanted = f"{buildflags.x86_cmake_args(ZEN5)} {buildflags.RPC_ON}"
+    assert pip.startswith(f'CMAKE_ARGS="{wanted}" pip install --force-reinstall')
     assert pip.endswith("--no-cache-dir llama-cpp-python==0.3.36")
     # AMX is never "missing": the recommended build leaves it out on purpose.
     spr = buildflags.check_build(PORTABLE_INFO + "AVX512 = 1 | ", SAPPHIRE_RAPIDS)
