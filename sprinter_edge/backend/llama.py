@@ -400,10 +400,11 @@ class LlamaModel:
             # Leave the cache as it was before this call.
             llama_cpp.llama_memory_seq_rm(self._memory, 0, len(self.tokens), -1)
             raise BackendError(f"llama_decode failed with code {rc} ({self.path.name})")
-        # A GPU may still be computing: wait here, so that a call's time is its own
-        llama_cpp.llama_synchronize(self._ctx)
-        if read_one:
-            llama_cpp.llama_get_logits_ith(self._ctx, n - 1)
+        if n_logits == 0:  # a device may still be computing: wait, so that a call's time is its own
+            # (a read of the logits, which every other call makes, waits by itself)
+            llama_cpp.llama_synchronize(self._ctx)  # a GPU
+            if read_one:
+                llama_cpp.llama_get_logits_ith(self._ctx, n - 1)  # an rpc-server: only a read waits
 
     def rollback(self, n: int) -> None:
         """Keep only the first n tokens in the KV cache."""

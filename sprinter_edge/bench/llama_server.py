@@ -147,6 +147,20 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float, what: 
     raise ServerError(f"{what} did not answer /health within {timeout:.0f} s")
 
 
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    """Until 127.0.0.1:`port` accepts a TCP connection (`wait_healthy` for a server that speaks
+    no HTTP); ServerError when the process exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rc = proc.poll()
+        if rc is not None:
+            raise ServerError(f"{what} exited with status {rc} while starting")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.05)
+    raise ServerError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
 def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM, then SIGKILL when it has not ended after `grace` seconds."""
     if proc.poll() is None:

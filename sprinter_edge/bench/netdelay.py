@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from .llama_server import stop_process, wait_listening
+
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 16
@@ -142,20 +144,12 @@ class DelayProxyProcess:
 
     def start(self, timeout: float = 20.0) -> DelayProxyProcess:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise OSError(f"the delay proxy exited with status {self.proc.returncode}: {self.args}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return self
-            if time.monotonic() > deadline:
-                raise OSError(f"the delay proxy did not listen on {self.endpoint} within {timeout:.0f} s")
-            time.sleep(0.05)
+        wait_listening(self.port, self.proc, timeout, "the delay proxy")
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, grace=10)
 
     def __enter__(self) -> DelayProxyProcess:
         return self.start()

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..backend import llama_tools
-from ..backend.rpc import dial
-from ..errors import BackendError, SprinterError
-from .llama_server import _die_with_parent, free_port, stop_process
+from ..errors import SprinterError
+from .llama_server import _die_with_parent, free_port, stop_process, wait_listening
 from .netdelay import DelayProxyProcess
 
 RPC_SERVER = "ggml-rpc-server"
@@ -73,19 +71,14 @@ class RpcServer:
 
     def start(self, timeout: float = 30.0) -> RpcServer:
         out = self.log.open("ab") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise BackendError(f"{RPC_SERVER} exited with status {self.proc.returncode} while starting")
-            try:
-                dial(self.endpoint, timeout=1.0)
-                return self
-            except BackendError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        try:
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent)
+        finally:
+            if self.log:
+                out.close()  # the process holds its own copy
+        wait_listening(self.port, self.proc, timeout, RPC_SERVER)
+        return self
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -72,7 +72,6 @@ def restart_when_back(endpoints: tuple[str, ...]) -> None:
     import threading
     import time
 
-    from ..backend.rpc import dial
     from ..errors import BackendError
 
     def wait_and_restart() -> None:
