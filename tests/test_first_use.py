@@ -17,6 +17,7 @@ from sprinter_edge.costs.table import (
     LEARN_ENV,
     PLAN_SIZES,
     QUICK_FULL_SIZES,
+    RESCALE_MAX,
     CostTable,
     _out_of_line,
     cost_file,
@@ -67,6 +68,10 @@ def test_a_table_timed_under_load_is_rescaled_by_the_first_reply_that_disagrees(
     fast = flat(30.0)
     fast.learn_calls([(1, 1, 2048, 10.0, 20)])
     assert fast.cost(1) == pytest.approx(10.0, rel=0.05)
+    # calls far cheaper than any load explains move the table at most RESCALE_MAX at once
+    wild = flat(100.0)
+    wild.learn_calls([(1, 1, BASE_DEPTH, 1.0, 20)])
+    assert wild.cost(8) == pytest.approx(100.0 / RESCALE_MAX)
 
 
 def test_a_call_out_of_line_with_its_neighbours_is_timed_again() -> None:

@@ -58,6 +58,10 @@ LEARN_CAP = 24.0  # a point's weight stops growing here, so it keeps following t
 # whole: a table timed under load is 2-3x too dear, call-to-call noise on a quiet machine ~10%
 DISAGREE = 1.5
 DISAGREE_CALLS = 3  # ... once at least this many calls say so
+# ... by at most this factor per reply: a busy machine makes a table a few times too dear, while
+# a draft table rescaled 33x too cheap in one step (2026-12-07, cause not found) priced a
+# 64-row draft call at 13 ms and nothing corrected the points no call reached
+RESCALE_MAX = 8.0
 OUT_OF_LINE = 1.25  # a timed call this much dearer than both its neighbours is timed again
 FORMAT = 5  # bump when the measurement changes meaning
 _TEXT = ("def quicksort(items):\n    if len(items) <= 1:\n        return items\n    pivot = items[0]\n"
@@ -162,8 +166,9 @@ class CostTable:
             total += count
         seen = math.exp(logs / total) if total >= DISAGREE_CALLS else 1.0
         if not 1 / DISAGREE <= seen <= DISAGREE:
-            log.info("decode calls ran %.2fx the stored cost table: rescaled to them", seen)
-            self.rescale(seen)
+            factor = min(max(seen, 1 / RESCALE_MAX), RESCALE_MAX)
+            log.info("decode calls ran %.2fx the stored cost table: rescaled %.2fx", seen, factor)
+            self.rescale(factor)
         for call in usable:
             self.learn(*call)
         return seen
