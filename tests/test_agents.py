@@ -111,8 +111,8 @@ def test_aider_edits_a_file_through_serve(aider: Path, recorded_server: tuple[Re
     home.mkdir()
     file = tmp_path / "calc.py"
     file.write_text(SOURCE)
-    wall, code, out = agents.run_aider(aider, server, "whole", file,
-                                       "Rename the function add to plus.", home)
+    run = agents.run_aider(aider, server, "whole", file, "Rename the function add to plus.", home)
+    code, out = run.exit_code, run.output
     assert code == 0, out
     assert "token limit" not in out, out
     chats = [(req, body) for path, req, body in recorder.exchanges if path.endswith("/chat/completions")]
@@ -127,7 +127,7 @@ def test_aider_edits_a_file_through_serve(aider: Path, recorded_server: tuple[Re
     health = httpx.get(f"{base}/health", timeout=30).json()
     assert health["failed"] == 0 and health["totals"]["completion_tokens"] > 0
     assert "def plus(" in file.read_text(), (text, out)  # aider wrote the reply's file
-    assert wall > 0
+    assert run.written_seconds is not None and 0 < run.written_seconds <= run.exit_seconds
 
 
 def test_the_agents_bench_checks_what_aider_wrote() -> None:

@@ -927,14 +927,20 @@ AGENT_SERVERS = {"serve:auto": "`sprinter-edge serve` (auto)", "llama-server": "
 
 def render_agents(table: Agents, where: dict[str, tuple[str, str, str]]) -> str:
     data = load(table.file)
-    lines = [_row(["server", "edit format", "user's wall time, both turns", "vs the best llama.cpp server",
-                   "edits done", "follow-ups done", "prompt tokens read (s)", "tokens written",
-                   "decode tok/s"]), "|---" * 9 + "|"]
+    exits = all(r.get("exit_seconds") for r in data["summary"])  # recorded since 2026-12-07
+    # (before, only the time to aider's exit was recorded, in wall_seconds)
+    waited = "command to file written, both turns" if exits else "command to aider's exit, both turns"
+    heads = ["server", "edit format", waited, "vs the best llama.cpp server"]
+    heads += ["to aider's exit (its chat summary too)", "vs the best"] if exits else []
+    heads += ["edits done", "follow-ups done", "prompt tokens read (s)", "tokens written", "decode tok/s"]
+    lines = [_row(heads), "|---" * len(heads) + "|"]
     for r in data["summary"]:
         vs = r.get("wall_vs_best_llama_server")
         read = f"{r['prompt_tokens']:,} ({r['prompt_seconds']:.0f} s)"
+        exit_cells = [f"{r['exit_seconds']:.1f} s", f"{r['exit_vs_best_llama_server']:.2f}x"
+                      if r.get("exit_vs_best_llama_server") else "-"] if exits else []
         lines.append(_row([AGENT_SERVERS.get(r["row"], r["row"]), r["format"], f"{r['wall_seconds']:.1f} s",
-                           f"{vs:.2f}x" if vs else "-", f"{r['turn1_done']}/{r['tasks']}",
+                           f"{vs:.2f}x" if vs else "-", *exit_cells, f"{r['turn1_done']}/{r['tasks']}",
                            f"{r['turn2_done']}/{r['tasks']}", read, f"{r['completion_tokens']:,}",
                            f"{r['decode_tokens_per_second']:.1f}"]))
     c, m = data["config"], data["machine"]

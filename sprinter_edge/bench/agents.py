@@ -9,11 +9,14 @@ that keeps the code: a comment line on top; aider sends its system prompt and th
 so this is where a server reads a repeated prompt once or twice). aider runs from a virtual
 environment of its own (`find_aider`): it pins every one of its ~100 dependencies.
 
-Measured per turn: the user's wall time, command to edited file (aider's start-up included, the
-same for every row); the tokens the server read and wrote and its seconds for each, read from
-the server before and after the turn (`serve`'s /health totals, llama-server's /metrics); and
-whether the edit is done, by the task's own check on the file aider wrote (turn 2: the comment
-is there and the code is the code turn 1 left).
+Measured per turn: the user's wait, from the command to the file written (aider's start-up
+included, the same for every row), and the time until aider exits: after writing the file it
+summarises its chat history in a background thread (two requests, the reply read again under a
+prompt of its own), which an interactive session runs while the user reads the edit, and a
+`--message` command waits for; the tokens the server read and wrote and its seconds for each,
+read from the server before and after the turn (`serve`'s /health totals, llama-server's
+/metrics), summaries included; and whether the edit is done, by the task's own check on the
+file aider wrote (turn 2: the comment is there and the code is the code turn 1 left).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ FORMATS = ("whole", "diff")  # aider's edit formats: the file back whole, or sea
 FOLLOW_UP = "Add the comment line `# Reviewed.` as the very first line of the file. Change nothing else."
 COMMENT = "# Reviewed."
 AIDER_TIMEOUT = 1800.0  # seconds one aider turn may take
+WATCH_SECONDS = 0.05  # how often the file is looked at while aider runs
 SERVER_CTX = 16384  # every server's context: an agent's request, its file and the file back
 # aider, offline and quiet: no update check, no analytics, no repository map, no git, no linting
 AIDER_FLAGS = ("--no-check-update", "--no-analytics", "--no-show-model-warnings", "--map-tokens", "0",
@@ -75,7 +79,7 @@ class Turn:
     row: str
     edit_format: str
     turn: int  # 1: the task's edit; 2: the follow-up on the same file
-    wall_seconds: float
+    wall_seconds: float  # command to file written (to aider's exit where it wrote none)
     done: bool
     why: str = ""  # why not done
     exit_code: int = 0
@@ -84,6 +88,7 @@ class Turn:
     completion_tokens: int = 0
     prompt_seconds: float = 0.0
     decode_seconds: float = 0.0
+    exit_seconds: float = 0.0  # command to aider's exit: its chat summary too (0: not recorded)
 
 
 # ---------------------------------------------------------------------------- servers
@@ -176,19 +181,44 @@ def aider_command(aider: Path, server: Server, edit_format: str, file: Path, mes
             "--input-history-file", str(home / "input.txt"), *AIDER_FLAGS]
 
 
+@dataclass
+class AiderRun:
+    written_seconds: float | None  # command to the file written (None: aider wrote none)
+    exit_seconds: float
+    exit_code: int
+    output: str  # the tail of aider's output
+
+
 def run_aider(aider: Path, server: Server, edit_format: str, file: Path, message: str,
-              home: Path) -> tuple[float, int, str]:
-    """(wall seconds, exit code, the tail of aider's output)."""
+              home: Path) -> AiderRun:
+    """One aider command, the file watched for aider's write while it runs."""
     env = {**os.environ, **AIDER_ENV, "HOME": str(home)}  # aider keeps its own files under HOME
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(aider_command(aider, server, edit_format, file, message, home), cwd=file.parent,
-                              env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=AIDER_TIMEOUT)
-        code, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, out = 124, f"aider timed out after {exc.timeout:.0f} s"
-    return time.perf_counter() - t0, code, out[-3000:]
+    before = _file_state(file)
+    written = None
+    with tempfile.TemporaryFile("w+") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(aider_command(aider, server, edit_format, file, message, home),
+                                cwd=file.parent, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, text=True)
+        while proc.poll() is None:
+            if written is None and _file_state(file) != before:
+                written = time.perf_counter() - t0
+            if time.perf_counter() - t0 > AIDER_TIMEOUT:
+                stop_process(proc, grace=5)
+                break
+            time.sleep(WATCH_SECONDS)
+        exited = time.perf_counter() - t0
+        if written is None and _file_state(file) != before:  # written in the last poll's interval
+            written = exited
+        code = 124 if proc.returncode is None or exited > AIDER_TIMEOUT else proc.returncode
+        out.seek(0)
+        tail = out.read()[-3000:] if code != 124 else f"aider timed out after {AIDER_TIMEOUT:.0f} s"
+    return AiderRun(written, exited, code, tail)
+
+
+def _file_state(file: Path) -> tuple[int, int]:
+    st = file.stat()
+    return st.st_mtime_ns, st.st_size
 
 
 def module_file(task: FileEditTask) -> str:
@@ -218,7 +248,9 @@ def run_task(aider: Path, server: Server, task: FileEditTask, edit_format: str, 
     for n, message in ((1, task.instruction), (2, FOLLOW_UP)):
         before_text = file.read_text()
         before = server.totals()
-        wall, code, out = run_aider(aider, server, edit_format, file, message, home)
+        run = run_aider(aider, server, edit_format, file, message, home)
+        wall = run.written_seconds if run.written_seconds is not None else run.exit_seconds
+        code, out = run.exit_code, run.output
         after = server.totals()
         text = file.read_text()
         if n == 1:
@@ -231,9 +263,10 @@ def run_task(aider: Path, server: Server, task: FileEditTask, edit_format: str, 
         used = {k: after[k] - before[k] for k in ("requests", "prompt_tokens", "completion_tokens",
                                                   "prompt_seconds", "decode_seconds")}
         turns.append(Turn(task.id, task.edit, server.name, edit_format, n, round(wall, 2), done, why, code,
-                          **{k: round(v, 3) if k.endswith("seconds") else int(v) for k, v in used.items()}))
-        log.info("%s %s %s turn %d: %.1f s, done=%s %s", server.name, task.id, edit_format, n, wall, done,
-                 why)
+                          **{k: round(v, 3) if k.endswith("seconds") else int(v) for k, v in used.items()},
+                          exit_seconds=round(run.exit_seconds, 2)))
+        log.info("%s %s %s turn %d: %.1f s to the file written, %.1f s to aider's exit, done=%s %s",
+                 server.name, task.id, edit_format, n, wall, run.exit_seconds, done, why)
     return turns
 
 
@@ -324,8 +357,9 @@ def aider_version(aider: Path) -> str:
 # ---------------------------------------------------------------------------- report
 
 def summary(turns: Sequence[Turn]) -> list[dict[str, Any]]:
-    """Per row and edit format: the user's wall time in sum (both turns), edits done, tokens
-    and seconds on the server, and the wall time against the fastest llama-server row's."""
+    """Per row and edit format: the user's wait in sum (both turns; to the file written, and to
+    aider's exit), edits done, tokens and seconds on the server, and each wait against the
+    fastest llama-server row's."""
     groups: dict[tuple[str, str], list[Turn]] = {}
     for t in turns:
         groups.setdefault((t.row, t.edit_format), []).append(t)
@@ -334,6 +368,7 @@ def summary(turns: Sequence[Turn]) -> list[dict[str, Any]]:
         decode = sum(t.decode_seconds for t in ts)
         rows.append({"row": row, "format": fmt, "turns": len(ts),
                      "wall_seconds": round(sum(t.wall_seconds for t in ts), 1),
+                     "exit_seconds": round(sum(t.exit_seconds for t in ts), 1),
                      "turn1_done": sum(t.done for t in ts if t.turn == 1),
                      "turn2_done": sum(t.done for t in ts if t.turn == 2),
                      "tasks": len({t.task for t in ts}),
@@ -344,11 +379,12 @@ def summary(turns: Sequence[Turn]) -> list[dict[str, Any]]:
                      "decode_tokens_per_second": round(sum(t.completion_tokens for t in ts) / decode, 2)
                      if decode else 0.0})
     for fmt in {r["format"] for r in rows}:
-        peers = [r["wall_seconds"] for r in rows if r["format"] == fmt and r["row"] in SERVER_CONFIGS]
-        best = min(peers, default=0.0)
-        for r in rows:
-            if r["format"] == fmt and best:
-                r["wall_vs_best_llama_server"] = round(r["wall_seconds"] / best, 3)
+        for key in ("wall_seconds", "exit_seconds"):
+            peers = [r[key] for r in rows if r["format"] == fmt and r["row"] in SERVER_CONFIGS]
+            best = min(peers, default=0.0)
+            for r in rows:
+                if r["format"] == fmt and best:
+                    r[key.replace("seconds", "vs_best_llama_server")] = round(r[key] / best, 3)
     return rows
 
 
@@ -359,19 +395,22 @@ def markdown(outcome: AgentsOutcome) -> str:
              f"{m.get('date', '')}, {m.get('cpu', '')}; split {c.split or 'both'}, {c.tasks} tasks, "
              f"formats {', '.join(c.formats)}; `{c.command}`",
              "",
-             "| row | format | user's wall time, both turns (s) | vs best llama-server | edits done "
-             "| follow-ups "
+             "| row | format | command to file written, both turns (s) | vs best llama-server "
+             "| to aider's exit (s) | vs best | edits done | follow-ups "
              "done | prompt tokens read (s) | written tokens | decode tok/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary(outcome.turns):
         lines.append(f"| {r['row']} | {r['format']} | {r['wall_seconds']:.1f} | "
-                     f"{r.get('wall_vs_best_llama_server', 0):.2f}x | {r['turn1_done']}/{r['tasks']} | "
+                     f"{r.get('wall_vs_best_llama_server', 0):.2f}x | {r['exit_seconds']:.1f} | "
+                     f"{r.get('exit_vs_best_llama_server', 0):.2f}x | {r['turn1_done']}/{r['tasks']} | "
                      f"{r['turn2_done']}/{r['tasks']} | {r['prompt_tokens']} ({r['prompt_seconds']:.0f}) | "
                      f"{r['completion_tokens']} | {r['decode_tokens_per_second']:.2f} |")
-    lines += ["", "| row | task | format | turn | wall (s) | done | prompt tokens read | written | why not |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| row | task | format | turn | to file written (s) | to exit (s) | done "
+              "| prompt tokens read | written | why not |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for t in outcome.turns:
         lines.append(f"| {t.row} | {t.task} | {t.edit_format} | {t.turn} | {t.wall_seconds:.1f} | "
+                     f"{t.exit_seconds:.1f} | "
                      f"{'yes' if t.done else 'no'} | {t.prompt_tokens} | {t.completion_tokens} | "
                      f"{t.why[:80]} |")
     return "\n".join(lines) + "\n"
