@@ -201,6 +201,8 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents | Network] =
         columns=("source", "method", "decode", "vs ar", "of floor", "ttft", "e2e", "e2e vs ar",
                  "identical", "done?")),
     "agents": Agents("agents-report.json"),
+    "agents-reversed": Agents("agents-report-reversed.json"),
+    "agents-to-exit": Agents("agents-report-to-exit.json"),
     "rpc-fresh": Network("rpc-fresh.json", NETWORK_ROWS,
                          "3 HumanEval prompts and 2 chat prompts, 160 tokens"),
     "rpc-files": Network("rpc-files.json", NETWORK_ROWS, "1 whole-file edit of the report split"),
@@ -944,8 +946,10 @@ def render_agents(table: Agents, where: dict[str, tuple[str, str, str]]) -> str:
                            f"{r['turn2_done']}/{r['tasks']}", read, f"{r['completion_tokens']:,}",
                            f"{r['decode_tokens_per_second']:.1f}"]))
     c, m = data["config"], data["machine"]
+    order = ", ".join(AGENT_SERVERS.get(r, r) for r in c["rows"])
     what = (f"aider {m['aider'].split()[-1]} through each server, {c['tasks']} whole-file edits of the "
-            f"{c['split']} split, two turns each (the edit, then a follow-up on the same file)")
+            f"{c['split']} split, two turns each (the edit, then a follow-up on the same file); one "
+            f"server at a time, in this order: {order}")
     return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
 
 
