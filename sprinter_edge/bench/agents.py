@@ -195,6 +195,7 @@ def run_aider(aider: Path, server: Server, edit_format: str, file: Path, message
     env = {**os.environ, **AIDER_ENV, "HOME": str(home)}  # aider keeps its own files under HOME
     before = _file_state(file)
     written = None
+    timed_out = False
     with tempfile.TemporaryFile("w+") as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(aider_command(aider, server, edit_format, file, message, home),
@@ -205,15 +206,16 @@ def run_aider(aider: Path, server: Server, edit_format: str, file: Path, message
                 written = time.perf_counter() - t0
             if time.perf_counter() - t0 > AIDER_TIMEOUT:
                 stop_process(proc, grace=5)
+                timed_out = True
                 break
             time.sleep(WATCH_SECONDS)
         exited = time.perf_counter() - t0
         if written is None and _file_state(file) != before:  # written in the last poll's interval
             written = exited
-        code = 124 if proc.returncode is None or exited > AIDER_TIMEOUT else proc.returncode
+        if timed_out:
+            return AiderRun(written, exited, 124, f"aider timed out after {AIDER_TIMEOUT:.0f} s")
         out.seek(0)
-        tail = out.read()[-3000:] if code != 124 else f"aider timed out after {AIDER_TIMEOUT:.0f} s"
-    return AiderRun(written, exited, code, tail)
+        return AiderRun(written, exited, proc.returncode, out.read()[-3000:])
 
 
 def _file_state(file: Path) -> tuple[int, int]:
