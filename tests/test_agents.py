@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from test_server import running_server
+from support.server import running_server
 
 from sprinter_edge.bench import agents
 from sprinter_edge.bench.edits.files import FILES

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_server import fixture_server_args, httpx, running_server
+import httpx
+from support.server import fixture_server_args, running_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(os.environ.get("SPRINTER_EDGE_SHOTS", tempfile.gettempdir()))  # screenshots, to look at

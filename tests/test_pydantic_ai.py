@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_server import running_server
+from support.server import running_server
 
 pytest.importorskip("fastapi")
 pydantic_ai = pytest.importorskip("pydantic_ai")

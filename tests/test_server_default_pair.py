@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_server import TIMEOUT, openai, running_server
+import openai
+from support.server import TIMEOUT, running_server
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-from test_server import TIMEOUT, fixture_server_args, running_server  # noqa: E402
+from support.server import TIMEOUT, fixture_server_args, running_server  # noqa: E402
 
 from sprinter_edge.decoding import SamplingParams  # noqa: E402
 from sprinter_edge.serving.handlers import plan_chat  # noqa: E402
