@@ -203,3 +203,71 @@ def test_versions_agree():
     assert f'LLAMA_VERSION="{buildflags.LLAMA_CPP_PYTHON_VERSION}"' in setup
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"llama-cpp-python=={buildflags.LLAMA_CPP_PYTHON_VERSION}"' in pyproject
+
+
+# A user's CMAKE_ARGS are added to the chosen ones (tools/setup.sh, tools/build_llama_server.sh).
+ZEN3_CHOSEN = buildflags.recommend("Linux", "x86_64", ZEN3, nvidia=False).cmake_args
+
+
+def test_users_cmake_args_are_added_not_put_in_place():
+    metal = buildflags.recommend("Darwin", "arm64").cmake_args
+    merged = buildflags.merge_cmake_args(metal, "-DGGML_METAL=on")
+    # the README's GPU recipe on a Mac: the RPC client stays, nothing of the chosen is replaced
+    assert merged.cmake_args == "-DGGML_RPC=ON -DGGML_METAL=on" and merged.replaced == ()
+    assert buildflags.has_rpc(merged.cmake_args)
+
+    cuda = buildflags.merge_cmake_args(ZEN3_CHOSEN, "-DGGML_CUDA=on")
+    assert cuda.cmake_args == f"{ZEN3_CHOSEN} -DGGML_CUDA=on" and cuda.replaced == ()
+    assert options(cuda.cmake_args) == {**options(ZEN3_CHOSEN), "GGML_CUDA": "on"}
+
+
+def test_the_users_value_wins_for_an_option_both_set():
+    merged = buildflags.merge_cmake_args(ZEN3_CHOSEN, "-DGGML_AVX2=OFF -DGGML_NATIVE:BOOL=ON")
+    assert merged.replaced == (("GGML_NATIVE", "OFF", "ON"), ("GGML_AVX2", "ON", "OFF"))  # chosen's order
+    assert merged.describe_replaced() == ("-DGGML_NATIVE=OFF (yours: -DGGML_NATIVE=ON), "
+                                          "-DGGML_AVX2=ON (yours: -DGGML_AVX2=OFF)")
+    assert merged.cmake_args.endswith(" -DGGML_AVX2=OFF -DGGML_NATIVE:BOOL=ON")
+    assert "-DGGML_AVX2=ON" not in merged.cmake_args and "-DGGML_NATIVE=OFF" not in merged.cmake_args
+    assert buildflags.cmake_option(merged.cmake_args, "GGML_AVX2") == "OFF"
+    assert buildflags.cmake_option(merged.cmake_args, "GGML_AVX") == "ON"  # a prefix is another option
+    assert buildflags.has_rpc(merged.cmake_args)
+    # the same value in another case replaces nothing
+    assert buildflags.merge_cmake_args(ZEN3_CHOSEN, "-DGGML_RPC=on").replaced == ()
+
+
+def test_turning_rpc_off_every_way():
+    for user in ("-DGGML_RPC=OFF", "-D GGML_RPC=0", "-DGGML_RPC:BOOL=FALSE", "-UGGML_RPC", "-U GGML_RPC"):
+        merged = buildflags.merge_cmake_args(ZEN3_CHOSEN, user)
+        assert not buildflags.has_rpc(merged.cmake_args), user
+        assert [key for key, _, _ in merged.replaced] == ["GGML_RPC"], user
+    assert not buildflags.has_rpc("-DGGML_NATIVE=OFF")  # GGML_RPC's default is off
+    assert buildflags.has_rpc("-DGGML_RPC=OFF -DGGML_RPC=1")  # the last -D wins, as in cmake
+
+
+def test_the_users_string_is_kept_verbatim_and_merging_twice_changes_nothing():
+    user = ' -DCMAKE_C_FLAGS="-O3 -g"  -G Ninja -DGGML_AVX512=ON '
+    merged = buildflags.merge_cmake_args(ZEN3_CHOSEN, user)
+    assert merged.cmake_args.endswith(' -DCMAKE_C_FLAGS="-O3 -g"  -G Ninja -DGGML_AVX512=ON')
+    assert buildflags.cmake_option(merged.cmake_args, "CMAKE_C_FLAGS") == "-O3 -g"
+    # setup.sh exports the merged args and build_llama_server.sh merges again: the same string
+    assert buildflags.merge_cmake_args(ZEN3_CHOSEN, merged.cmake_args).cmake_args == merged.cmake_args
+    assert buildflags.merge_cmake_args(ZEN3_CHOSEN, "  ").cmake_args == ZEN3_CHOSEN
+    # the wheel key follows the merged args
+    assert buildflags.wheel_key(merged.cmake_args) != buildflags.wheel_key(ZEN3_CHOSEN)
+
+
+def test_merge_from_the_command_line_with_the_stdlib_only():
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-I", "-S", str(SCRIPT), *args], capture_output=True,
+                              text=True, timeout=60)
+
+    chosen = buildflags.recommend().cmake_args
+    out = run("--cmake-args", "--user=-DGGML_METAL=on").stdout.strip()
+    assert out == buildflags.merge_cmake_args(chosen, "-DGGML_METAL=on").cmake_args
+    assert buildflags.has_rpc(out) and out.endswith("-DGGML_METAL=on")
+    assert run("--cmake-args", "--user=").stdout.strip() == chosen
+    replaced = run("--replaced", "--user=-DGGML_RPC=OFF").stdout.strip()
+    assert replaced == "-DGGML_RPC=ON (yours: -DGGML_RPC=OFF)"
+    assert run("--replaced", "--user=-DGGML_METAL=on").stdout.strip() == ""
+    bad = run("--cmake-args", '--user=-DX="a')
+    assert bad.returncode == 2 and bad.stderr.startswith("buildflags: error: CMAKE_ARGS=")

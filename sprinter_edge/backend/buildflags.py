@@ -6,6 +6,12 @@ llama-cpp-python is installed:
     python3 sprinter_edge/backend/buildflags.py --cmake-args   # the CMAKE_ARGS to build with
     python3 sprinter_edge/backend/buildflags.py --why          # one line: what was chosen and why
     python3 sprinter_edge/backend/buildflags.py --wheel-key "$CMAKE_ARGS"
+    python3 sprinter_edge/backend/buildflags.py --cmake-args --user="$CMAKE_ARGS"   # yours added
+    python3 sprinter_edge/backend/buildflags.py --replaced --user="$CMAKE_ARGS"     # what yours replaced
+
+A user's CMAKE_ARGS are added to the chosen ones, not put in their place (`merge_cmake_args`):
+the RPC client and the CPU's instruction sets stay, and for an option both set, the user's value
+is the one kept (it comes last, and a later -D wins in cmake too).
 
 x86-64 choice, "native minus AMX": GGML_NATIVE=OFF plus an explicit ON/OFF for every
 instruction-set option, ON exactly where /proc/cpuinfo lists the instructions. A -march=native
@@ -22,6 +28,7 @@ import argparse
 import hashlib
 import platform
 import re
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -141,6 +148,96 @@ def recommend(system: str | None = None, machine: str | None = None, flags=None,
     return Choice(f"{cpu} {RPC_ON}".strip(), why)
 
 
+@dataclass(frozen=True)
+class Merged:
+    """The chosen CMAKE_ARGS with a user's added (`merge_cmake_args`)."""
+
+    cmake_args: str
+    replaced: tuple[tuple[str, str, str | None], ...]  # (option, chosen value, user's; None: -U)
+
+    def describe_replaced(self) -> str:
+        """One line: the chosen settings the user's replaced ("" when none)."""
+        return ", ".join(f"-D{key}={chosen} (yours: {f'-D{key}={mine}' if mine is not None else f'-U{key}'})"
+                         for key, chosen, mine in self.replaced)
+
+
+def cmake_settings(args: str) -> list[tuple[int, int, str, str | None]]:
+    """Each -D/-U in a CMAKE_ARGS string: (first token, token count, option, value; None for -U).
+
+    Spellings: -DNAME=VALUE, -DNAME:TYPE=VALUE, -D NAME=VALUE, -UNAME, -U NAME. Raises
+    ValueError on unbalanced quotes (the string is split as a shell would)."""
+    tokens = shlex.split(args)
+    out: list[tuple[int, int, str, str | None]] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in ("-D", "-U") and i + 1 < len(tokens):
+            body, n = tokens[i + 1], 2
+        elif token.startswith(("-D", "-U")) and len(token) > 2:
+            body, n = token[2:], 1
+        else:
+            i += 1
+            continue
+        if token.startswith("-D"):
+            name, eq, value = body.partition("=")
+            if eq and name:
+                out.append((i, n, name.split(":", 1)[0], value))
+        else:
+            out.append((i, n, body, None))
+        i += n
+    return out
+
+
+def cmake_option(args: str, option: str) -> str | None:
+    """The value the last -D of `option` in `args` sets (None: never set, or -U last)."""
+    value = None
+    for _, _, key, v in cmake_settings(args):
+        if key == option:
+            value = v
+    return value
+
+
+def cmake_on(value: str | None) -> bool:
+    """CMake's truth for an option's value (an option never set is off, as GGML_RPC's default)."""
+    if value is None:
+        return False
+    value = value.strip().upper()
+    if value in ("ON", "YES", "TRUE", "Y"):
+        return True
+    try:
+        return float(value) != 0
+    except ValueError:
+        return False
+
+
+def has_rpc(cmake_args: str) -> bool:
+    """Whether a build with these CMAKE_ARGS has llama.cpp's RPC backend (and its rpc-server)."""
+    return cmake_on(cmake_option(cmake_args, "GGML_RPC"))
+
+
+def merge_cmake_args(chosen: str, user: str) -> Merged:
+    """The chosen CMAKE_ARGS with a user's added: every chosen setting the user's leave alone
+    is kept, then the user's string, verbatim (their quoting too). A chosen -D of an option
+    the user's set or unset is dropped, and listed in `replaced` when the values differ.
+    Merging the result again with the same chosen args changes nothing."""
+    user = user.strip()
+    tokens = chosen.split()  # buildflags' own: plain -DNAME=VALUE, no quoting
+    if not user:
+        return Merged(" ".join(tokens), ())
+    mine: dict[str, str | None] = {key: value for _, _, key, value in cmake_settings(user)}
+    drop: set[int] = set()
+    replaced = []
+    for i, n, key, value in cmake_settings(chosen):
+        if key not in mine:
+            continue
+        drop.update(range(i, i + n))
+        theirs = mine[key]
+        if value is not None and (theirs is None or theirs.strip().upper() != value.upper()):
+            replaced.append((key, value, theirs))
+    kept = [t for j, t in enumerate(tokens) if j not in drop]
+    return Merged(" ".join([*kept, user]), tuple(replaced))
+
+
 def wheel_key(cmake_args: str, version: str = LLAMA_CPP_PYTHON_VERSION) -> str:
     """Short hash naming the wheel-cache folder of one (version, CMAKE_ARGS) build."""
     text = f"llama-cpp-python=={version}\n{' '.join(cmake_args.split())}"
@@ -214,13 +311,23 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--why", action="store_true", help="print what was chosen and why")
     g.add_argument("--wheel-key", metavar="CMAKE_ARGS",
                    help="print the wheel-cache key of llama-cpp-python built with these CMAKE_ARGS")
+    g.add_argument("--replaced", action="store_true",
+                   help="print the chosen settings that --user's replaced (nothing when none)")
+    p.add_argument("--user", metavar="CMAKE_ARGS", default="",
+                   help="a user's CMAKE_ARGS, added to the chosen ones (write --user=\"$CMAKE_ARGS\")")
     args = p.parse_args(argv)
     if args.wheel_key is not None:
         print(wheel_key(args.wheel_key))
-    elif args.why:
+        return 0
+    if args.why:
         print(recommend().reason)
-    else:
-        print(recommend().cmake_args)
+        return 0
+    try:
+        merged = merge_cmake_args(recommend().cmake_args, args.user)
+    except ValueError as exc:  # unbalanced quotes
+        print(f"buildflags: error: CMAKE_ARGS={args.user!r}: {exc}", file=sys.stderr)
+        return 2
+    print(merged.describe_replaced() if args.replaced else merged.cmake_args)
     return 0
 
 

@@ -7,20 +7,23 @@ Stdlib only, so that it runs as a plain script (tools/build_llama_server.sh call
     python3 sprinter_edge/backend/llama_tools.py build [--rebuild] [--jobs N]
     python3 sprinter_edge/backend/llama_tools.py where     # the bin folder; exit 1 when not built
 
-The binaries live in ${SPRINTER_EDGE_TOOLS:-~/.cache/sprinter-edge/llama-tools}/<key>/bin/, the
-key `buildflags.wheel_key(CMAKE_ARGS, version)`: the same key as the wheel built with those
-flags. The bench only looks the binaries up (`find_tool`), it never builds: a compile during a
-timing run would take both cores for minutes.
+The binaries live in ${SPRINTER_EDGE_TOOLS:-~/.cache/sprinter-edge/llama-tools}/<key>/bin/
+(ggml-rpc-server only where the CMAKE_ARGS turn GGML_RPC on: llama.cpp defines that target only
+then; llama-server.exe and so on on Windows), the key `buildflags.wheel_key(CMAKE_ARGS, version)`:
+the same key as the wheel built with those flags. The bench only looks the binaries up
+(`find_tool`), it never builds: a compile during a timing run would take both cores for minutes.
 
-Which CMAKE_ARGS: $CMAKE_ARGS when set (as tools/setup.sh), else the ones recorded next to the
+Which CMAKE_ARGS: $CMAKE_ARGS when set, as they are (tools/build_llama_server.sh first adds a
+user's to the chosen ones, as tools/setup.sh does), else the ones recorded next to the
 installed wheel (setup.sh writes build.txt beside it; pip records the wheel's path), else what
 buildflags.py recommends for this machine.
 
 How: when tools/setup.sh kept the wheel's CMake build tree (<wheels>/<key>/build), the tools are
 built in that tree, so llama.cpp is compiled once for the wheel and the tools alike (ggml, llama,
 common: about 5 of the 6-7 minutes); the binaries are copied to the cache with the shared
-libraries they link, found through an $ORIGIN run path. Without such a tree: a standalone build
-of the vendored sources (a Release build, no curl, no OpenSSL, no tests, static libraries).
+libraries they link (lib*.so* on Linux, lib*.dylib on macOS), found through a run path of the
+binaries' own folder ($ORIGIN on Linux, @loader_path on macOS). Without such a tree: a standalone
+build of the vendored sources (a Release build, no curl, no OpenSSL, no tests, static libraries).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import importlib.metadata as md
 import json
 import logging
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -48,17 +52,63 @@ else:  # run as a script
 
 log = logging.getLogger(__name__)
 
-# ggml-rpc-server: the other end of --target-rpc, for the RPC bench and its tests
-TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", "ggml-rpc-server")
+# ggml-rpc-server: the other end of --target-rpc, for the RPC bench and its tests; llama.cpp
+# defines its target only in a build with GGML_RPC on (`tools_for`)
+RPC_SERVER = "ggml-rpc-server"
+TOOLS = ("llama-server", "llama-bench", "llama-batched-bench", RPC_SERVER)
 EXTRA_CMAKE_ARGS = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
                     "-DLLAMA_BUILD_TESTS=OFF", "-DBUILD_SHARED_LIBS=OFF")
 # Turned on in the wheel's build tree: llama.cpp's tools/ (which then adds mtmd itself, so the
 # wrapper's own mtmd is switched off), no tests or examples, and a run path that finds the
-# shared libraries copied beside the binaries.
+# shared libraries copied beside the binaries (`tree_cmake_args`: the run path is the platform's).
 TREE_CMAKE_ARGS = ("-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAVA_BUILD=OFF",
                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DCMAKE_BUILD_RPATH=$ORIGIN")
 BUILD_HINT = "run tools/build_llama_server.sh"
 SERVER_ENV = "SPRINTER_EDGE_LLAMA_SERVER"  # an explicit llama-server binary, overrides the cache
+
+
+def tree_cmake_args(system: str | None = None) -> tuple[str, ...]:
+    """TREE_CMAKE_ARGS for this system: the binaries find the libraries beside them through
+    $ORIGIN on Linux, @loader_path on macOS (Windows looks beside an .exe by itself)."""
+    system = system or platform.system()
+    if system == "Darwin":
+        return tuple(a.replace("$ORIGIN", "@loader_path") for a in TREE_CMAKE_ARGS)
+    return TREE_CMAKE_ARGS
+
+
+def shared_library_globs(system: str | None = None) -> tuple[str, ...]:
+    """The shared libraries of a build tree's bin/ that its tools link."""
+    system = system or platform.system()
+    if system == "Darwin":
+        return ("lib*.dylib",)
+    if system == "Windows":
+        return ("*.dll",)
+    return ("lib*.so*",)
+
+
+def exe_name(tool: str, system: str | None = None) -> str:
+    """A tool's file name: llama-server.exe on Windows."""
+    return f"{tool}.exe" if (system or platform.system()) == "Windows" else tool
+
+
+def tools_for(cmake_args: str) -> tuple[str, ...]:
+    """The tools a build with these CMAKE_ARGS makes: ggml-rpc-server only with GGML_RPC on."""
+    return TOOLS if buildflags.has_rpc(cmake_args) else tuple(t for t in TOOLS if t != RPC_SERVER)
+
+
+def cmake_hint(system: str | None = None) -> str:
+    """How to get cmake here, one phrase."""
+    system = system or platform.system()
+    if system == "Darwin":
+        return "pip install cmake (PyPI's, into this venv) or brew install cmake"
+    if system == "Linux":
+        return "pip install cmake (PyPI's, into this venv), or apt-get install cmake / dnf install cmake"
+    return "pip install cmake (PyPI's, into this venv)"
+
+
+def find_cmake() -> str | None:
+    """cmake on PATH, else the one PyPI's `cmake` package put beside this Python (a venv's)."""
+    return shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
 
 
 class ToolsError(RuntimeError):
@@ -82,6 +132,11 @@ class BuildSpec:
     @property
     def bin(self) -> Path:
         return self.folder / "bin"
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The tools this build makes (ggml-rpc-server only with GGML_RPC on)."""
+        return tools_for(self.cmake_args)
 
 
 def tools_root() -> Path:
@@ -152,9 +207,9 @@ def wheel_build_tree(spec: BuildSpec) -> tuple[Path, Path] | None:
 
 
 def where(spec: BuildSpec | None = None) -> Path | None:
-    """The bin folder when every tool is built for this spec, else None."""
+    """The bin folder when every tool of this spec is built, else None."""
     spec = spec or build_spec()
-    ok = all(os.access(spec.bin / t, os.X_OK) for t in TOOLS)
+    ok = all(os.access(spec.bin / exe_name(t), os.X_OK) for t in spec.tools)
     return spec.bin if ok else None
 
 
@@ -168,7 +223,10 @@ def find_tool(name: str = "llama-server") -> Path | None:
             raise ToolsError(f"{SERVER_ENV}={explicit} is not an executable file")
         return path
     folder = where()
-    return folder / name if folder else None
+    if folder is None:
+        return None
+    path = folder / exe_name(name)
+    return path if os.access(path, os.X_OK) else None  # e.g. ggml-rpc-server of a build without RPC
 
 
 def _run(cmd: list[str]) -> None:
@@ -186,8 +244,9 @@ def build(*, rebuild: bool = False, jobs: int | None = None, spec: BuildSpec | N
     if cached and not rebuild:
         log.info("cached: %s (key %s); --rebuild compiles again", cached, spec.key)
         return cached
-    if shutil.which("cmake") is None:
-        raise ToolsError("cmake not found: install it (e.g. apt-get install cmake) and run again")
+    cmake = find_cmake()
+    if cmake is None:
+        raise ToolsError(f"cmake not found: install it ({cmake_hint()}) and run again")
     root = tools_root()
     root.mkdir(parents=True, exist_ok=True)
     jobs = jobs or os.cpu_count() or 1
@@ -199,10 +258,10 @@ def build(*, rebuild: bool = False, jobs: int | None = None, spec: BuildSpec | N
         kept = wheel_build_tree(spec)
         if kept is not None:
             how = f"in the wheel's build tree {kept[0]}"
-            _build_in_tree(*kept, jobs, out / "bin")
+            _build_in_tree(*kept, jobs, out / "bin", tools=spec.tools, cmake=cmake)
         else:
             how = "standalone (no kept wheel build tree)"
-            _build_standalone(spec, tmp, jobs, out / "bin")
+            _build_standalone(spec, tmp, jobs, out / "bin", cmake=cmake)
         seconds = time.monotonic() - t0
         (out / "build.txt").write_text(
             f"llama-cpp-python=={spec.version}\nCMAKE_ARGS={spec.cmake_args}\n"
@@ -214,26 +273,28 @@ def build(*, rebuild: bool = False, jobs: int | None = None, spec: BuildSpec | N
         out.rename(spec.folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("built %s in %.0f s: %s", ", ".join(TOOLS), time.monotonic() - t0, spec.bin)
+    log.info("built %s in %.0f s: %s", ", ".join(spec.tools), time.monotonic() - t0, spec.bin)
     return spec.bin
 
 
-def _build_in_tree(tree: Path, src: Path, jobs: int, bin_out: Path) -> None:
+def _build_in_tree(tree: Path, src: Path, jobs: int, bin_out: Path, *, tools: tuple[str, ...] = TOOLS,
+                   cmake: str = "cmake") -> None:
     """Add the tools to the wheel's build tree and build only them; copy them and the shared
     libraries they link to `bin_out`."""
-    _run(["cmake", "-S", str(src), "-B", str(tree), *TREE_CMAKE_ARGS])
-    _run(["cmake", "--build", str(tree), "-j", str(jobs), "--target", *TOOLS])
+    _run([cmake, "-S", str(src), "-B", str(tree), *tree_cmake_args()])
+    _run([cmake, "--build", str(tree), "-j", str(jobs), "--target", *tools])
     built = tree / "bin"
-    for t in TOOLS:
-        exe = built / t
+    for t in tools:
+        exe = built / exe_name(t)
         if not exe.is_file():
             raise ToolsError(f"the build made no {exe}")
-        shutil.copy2(exe, bin_out / t)
-    for lib in built.glob("lib*.so*"):
-        shutil.copy2(lib, bin_out / lib.name, follow_symlinks=True)
+        shutil.copy2(exe, bin_out / exe.name)
+    for pattern in shared_library_globs():
+        for lib in built.glob(pattern):
+            shutil.copy2(lib, bin_out / lib.name, follow_symlinks=True)
 
 
-def _build_standalone(spec: BuildSpec, tmp: Path, jobs: int, bin_out: Path) -> None:
+def _build_standalone(spec: BuildSpec, tmp: Path, jobs: int, bin_out: Path, *, cmake: str = "cmake") -> None:
     """Download the sdist and build the tools from its vendored llama.cpp, statically."""
     _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
           "--progress-bar", "off", "--dest", str(tmp), f"llama-cpp-python=={spec.version}"])
@@ -249,15 +310,16 @@ def _build_standalone(spec: BuildSpec, tmp: Path, jobs: int, bin_out: Path) -> N
     if src is None or not (src / "CMakeLists.txt").is_file():
         raise ToolsError(f"no vendored llama.cpp in {sdists[0].name}")
     build_dir = tmp / "build"
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    _run(["cmake", "-S", str(src), "-B", str(build_dir), *gen, *EXTRA_CMAKE_ARGS,
+    ninja = shutil.which("ninja") or shutil.which("ninja", path=str(Path(sys.executable).parent))
+    gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
+    _run([cmake, "-S", str(src), "-B", str(build_dir), *gen, *EXTRA_CMAKE_ARGS,
           *shlex.split(spec.cmake_args)])
-    _run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TOOLS])
-    for t in TOOLS:
-        exe = build_dir / "bin" / t
+    _run([cmake, "--build", str(build_dir), "-j", str(jobs), "--target", *spec.tools])
+    for t in spec.tools:
+        exe = build_dir / "bin" / exe_name(t)
         if not exe.is_file():
             raise ToolsError(f"the build made no {exe}")
-        shutil.copy2(exe, bin_out / t)
+        shutil.copy2(exe, bin_out / exe.name)
 
 
 def main(argv: list[str] | None = None) -> int:
