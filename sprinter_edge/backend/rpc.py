@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import socket
 import stat
@@ -31,12 +32,19 @@ import llama_cpp
 
 from ..errors import BackendError, SettingsError, TargetLostError
 
+log = logging.getLogger(__name__)
+
 DIAL_TIMEOUT = 5.0  # seconds to wait for a server's TCP answer before llama.cpp dials it
 HELLO_TIMEOUT = 15.0  # seconds to wait for its answer to llama.cpp's hello
 # a peer silent this long is gone: keepalive probes after 10 s idle, 5 s apart, 4 tries; and
-# data unacknowledged for 30 s ends the connection (TCP_USER_TIMEOUT, Linux)
+# data unacknowledged for 30 s ends the connection (TCP_USER_TIMEOUT, Linux;
+# TCP_RXT_CONNDROPTIME, macOS)
 KEEPALIVE = {"idle": 10, "interval": 5, "count": 4}
 USER_TIMEOUT_MS = 30_000
+# macOS's <netinet/tcp.h> numbers, for a socket module built without the name: TCP_KEEPALIVE is
+# its TCP_KEEPIDLE (seconds), TCP_RXT_CONNDROPTIME its TCP_USER_TIMEOUT (seconds)
+_DARWIN_TCP = {"TCP_KEEPALIVE": 0x10, "TCP_RXT_CONNDROPTIME": 0x80, "TCP_KEEPINTVL": 0x101,
+               "TCP_KEEPCNT": 0x102}
 
 
 def parse_endpoints(text: str | Sequence[str]) -> tuple[str, ...]:
@@ -143,7 +151,12 @@ class Devices:
         (llama.cpp's own, found by their peer address); the number of sockets set."""
         peers = {_resolve(e) for e in self.endpoints}
         done = 0
-        for fd in _open_fds():
+        fds = _open_fds()
+        if fds is None:
+            log.warning("keepalive: llama.cpp's sockets cannot be found on %s: an rpc-server that "
+                        "vanishes without a reset is noticed only when TCP gives up", sys.platform)
+            return 0
+        for fd in fds:
             with contextlib.suppress(OSError):
                 if not stat.S_ISSOCK(os.fstat(fd).st_mode):
                     continue
@@ -162,19 +175,38 @@ def _resolve(endpoint: str) -> tuple[str, int]:
     return host, port
 
 
-def _open_fds() -> list[int]:
+def _open_fds() -> list[int] | None:
+    """This process's file descriptors (Linux: /proc/self/fd, macOS and the BSDs: /dev/fd, else
+    the first thousand tried); None on Windows, where a socket is no file descriptor."""
+    if sys.platform == "win32":
+        return None
     for folder in ("/proc/self/fd", "/dev/fd"):
         with contextlib.suppress(OSError):
             return [int(n) for n in os.listdir(folder) if n.isdigit()]
+    log.debug("keepalive: neither /proc/self/fd nor /dev/fd lists this process's files: trying fds 3-1023")
     return list(range(3, 1024))
+
+
+def keepalive_options(platform: str | None = None) -> list[tuple[str, int, int]]:
+    """(name, IPPROTO_TCP option, value) that make a silent peer found in ~30 s on `platform`
+    (default: this one); the options this socket module lacks are left out, except macOS's."""
+    platform = platform or sys.platform
+    if platform == "darwin":
+        wanted = (("TCP_KEEPALIVE", KEEPALIVE["idle"]), ("TCP_KEEPINTVL", KEEPALIVE["interval"]),
+                  ("TCP_KEEPCNT", KEEPALIVE["count"]), ("TCP_RXT_CONNDROPTIME", USER_TIMEOUT_MS // 1000))
+        return [(name, getattr(socket, name, _DARWIN_TCP[name]), value) for name, value in wanted]
+    wanted = (("TCP_KEEPIDLE", KEEPALIVE["idle"]), ("TCP_KEEPINTVL", KEEPALIVE["interval"]),
+              ("TCP_KEEPCNT", KEEPALIVE["count"]), ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS))
+    return [(name, getattr(socket, name), value) for name, value in wanted if hasattr(socket, name)]
 
 
 def _set_keepalive(s: socket.socket) -> None:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", KEEPALIVE["idle"]), ("TCP_KEEPINTVL", KEEPALIVE["interval"]),
-                        ("TCP_KEEPCNT", KEEPALIVE["count"]), ("TCP_USER_TIMEOUT", USER_TIMEOUT_MS)):
-        if hasattr(socket, name):
-            s.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    for name, option, value in keepalive_options():
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, option, value)
+        except OSError as exc:  # one the kernel refuses: the others still count
+            log.debug("keepalive: %s refused: %s", name, exc)
 
 
 # ------------------------------------------------------------------------------ aborts

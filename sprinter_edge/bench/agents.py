@@ -63,7 +63,8 @@ def find_aider() -> Path | None:
     env = os.environ.get("SPRINTER_EDGE_AIDER")
     if env:
         return Path(env)
-    checkout = Path(__file__).resolve().parents[2] / ".venv-aider" / "bin" / "aider"
+    scripts = ("Scripts", "aider.exe") if sys.platform == "win32" else ("bin", "aider")  # a venv's layout
+    checkout = Path(__file__).resolve().parents[2] / ".venv-aider" / Path(*scripts)
     if checkout.is_file():
         return checkout
     found = shutil.which("aider")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,9 @@ class RpcServer:
     def start(self, timeout: float = 30.0) -> RpcServer:
         out = self.log.open("ab") if self.log else subprocess.DEVNULL
         try:
+            linux = sys.platform.startswith("linux")  # (preexec_fn: none on Windows; a Linux call)
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent if linux else None)
         finally:
             if self.log:
                 out.close()  # the process holds its own copy

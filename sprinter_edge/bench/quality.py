@@ -34,7 +34,6 @@ import functools
 import logging
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -46,6 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import resource
+except ImportError:  # Windows: the HumanEval sandbox runs without memory/file/CPU limits there
+    resource = None  # type: ignore[assignment]
 
 from ..backend.llama import common_prefix
 from ..decoding import Origin
@@ -126,7 +130,8 @@ def network_isolation() -> tuple[str, ...]:
             if ok:
                 return (exe, *flags)
     log.warning("cannot isolate HumanEval code from the network (no working `unshare -n`): "
-                "it runs with a clean environment, resource limits and a time limit only")
+                "it runs with a clean environment, %sa time limit only",
+                "resource limits and " if resource is not None else "")
     return ()
 
 
@@ -139,32 +144,51 @@ class ExecResult:
 
 
 def _limits(timeout: float) -> None:  # pragma: no cover - runs in the child
-    gib = 1 << 30
-    resource.setrlimit(resource.RLIMIT_AS, (4 * gib, 4 * gib))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
-    cpu = int(timeout) + 2
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    gib, cpu = 1 << 30, int(timeout) + 2
+    for limit, value in ((resource.RLIMIT_AS, 4 * gib), (resource.RLIMIT_FSIZE, 16 << 20),
+                         (resource.RLIMIT_CPU, cpu)):
+        with contextlib.suppress(ValueError, OSError):  # one the system refuses (macOS: RLIMIT_AS)
+            resource.setrlimit(limit, (value, value))
+
+
+def sandbox_env(home: str) -> dict[str, str]:
+    """The whole environment of a sandboxed child: `home` as its home, the system's binaries."""
+    if sys.platform == "win32":  # Python cannot start on Windows without SYSTEMROOT
+        root = os.environ.get("SYSTEMROOT", r"C:\Windows")
+        return {"PATH": os.pathsep.join((os.path.join(root, "System32"), root)), "SYSTEMROOT": root,
+                "USERPROFILE": home, "HOME": home, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    return {"PATH": os.pathsep.join(("/usr/bin", "/bin")), "HOME": home, "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": "0"}
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """The child and its process group (POSIX); the child alone where there are no groups."""
+    with contextlib.suppress(ProcessLookupError):
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:  # Windows: TerminateProcess, the child only
+            proc.kill()
 
 
 def run_program(source: str, timeout: float = 10.0) -> ExecResult:
     """Run Python source in a subprocess: temporary directory, empty environment, isolated
-    interpreter (-I), no network when `unshare` allows it, memory/file/CPU limits, and a
-    wall-clock limit that kills the whole process group."""
+    interpreter (-I), no network when `unshare` allows it, memory/file/CPU limits (where the
+    `resource` module is: not Windows), and a wall-clock limit that kills the whole process
+    group (Windows: the child)."""
     with tempfile.TemporaryDirectory(prefix="sprinter-he-") as tmp:
         path = Path(tmp) / "program.py"
         path.write_text(source, encoding="utf-8")
         cmd = [*network_isolation(), sys.executable, "-I", "-B", str(path)]
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+        env = sandbox_env(tmp)
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True,
-                                preexec_fn=functools.partial(_limits, timeout))
+                                preexec_fn=functools.partial(_limits, timeout) if resource else None)
         try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
             proc.communicate()
             return ExecResult(False, "timeout", time.perf_counter() - t0, f"over {timeout:g} s")
         seconds = time.perf_counter() - t0

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -100,16 +101,43 @@ _PARTIAL = re.compile(r"^(?P<file>.+?)(?:\.(?P<pid>\d+))?\.partial$")
 UNOWNED_PARTIAL_AGE = 600.0  # seconds: a .partial without a pid untouched this long is stale
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` is running (unsure: True, so its files are kept). POSIX: signal 0;
+    Windows, where os.kill(pid, 0) sends CTRL_C_EVENT: OpenProcess and GetExitCodeProcess."""
+    if not 0 < pid < 1 << 32:  # 0 and negatives name process groups on POSIX
+        return False
+    if sys.platform == "win32":
+        return _pid_alive_windows(pid)
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (OverflowError: past pid_t, no such process)
         return False
     except PermissionError:  # another user's process
         return True
     except OSError:  # pragma: no cover
         return True
     return True
+
+
+def _pid_alive_windows(pid: int) -> bool:
+    import ctypes
+
+    query_limited_information, still_active, access_denied = 0x1000, 259, 5
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    kernel32.OpenProcess.argtypes = (ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32)
+    kernel32.OpenProcess.restype = ctypes.c_void_p
+    kernel32.GetExitCodeProcess.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32))
+    kernel32.CloseHandle.argtypes = (ctypes.c_void_p,)
+    handle = kernel32.OpenProcess(query_limited_information, 0, pid)
+    if not handle:  # 87 (invalid parameter): no such process; 5: another user's
+        return ctypes.get_last_error() == access_denied  # type: ignore[attr-defined]
+    try:
+        code = ctypes.c_uint32()
+        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
+            return True
+        return code.value == still_active  # (a process that exited with 259 reads as alive)
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def partial_owner(path: Path) -> int | None:
@@ -125,7 +153,7 @@ def is_stale_partial(path: Path, *, now: float | None = None) -> bool:
         return False
     pid = partial_owner(path)
     if pid is not None:
-        return not _alive(pid)
+        return not pid_alive(pid)
     try:
         age = (now or time.time()) - path.stat().st_mtime
     except OSError:

@@ -36,7 +36,8 @@ HELP = """commands:
   /threshold X     sprinter: flag tokens whose verifier score is below X (0 < X <= 1)
   /reset           forget the conversation
   /exit            leave (Ctrl-D works too)
-A pasted block of lines is one message; or type \"\"\" on a line, the lines, and \"\"\" again.
+A pasted block of lines is one message (with GNU readline); or type \"\"\" on a line, the lines,
+and \"\"\" again.
 Ctrl-C stops the current reply; the conversation goes on."""
 CHAT_MAX_TOKENS = 2048  # a reply may be a whole file written back
 
@@ -80,15 +81,39 @@ class _Interrupt:
             signal.signal(signal.SIGINT, old)
 
 
-def _setup_readline(history_file: Path | None) -> Callable[[], None]:
-    """Line editing and history for input(); returns the function that saves the history."""
+def line_editor() -> str:
+    """What input() edits lines with: "gnu" (GNU readline: a bracketed paste is one message),
+    "libedit" (readline's stand-in in many macOS Pythons: each pasted line is its own input) or
+    "none" (Windows: no readline)."""
     try:
         import readline
-    except ImportError:  # Windows without pyreadline: plain input()
+    except ImportError:
+        return "none"
+    return "libedit" if "libedit" in (readline.__doc__ or "") else "gnu"
+
+
+def paste_hint(editor: str) -> str | None:
+    """The line the REPL prints at start where a paste of several lines is not one message."""
+    if editor == "gnu":
+        return None
+    here = "libedit's readline" if editor == "libedit" else "no readline"
+    return (f"To paste several lines as one message: type {BLOCK} on a line, paste, then {BLOCK} on a line "
+            f"(with {here} here, each pasted line would go alone).")
+
+
+def _setup_readline(history_file: Path | None) -> Callable[[], None]:
+    """Line editing and history for input(); returns the function that saves the history."""
+    editor = line_editor()
+    if editor == "none":  # Windows without pyreadline: plain input()
         return lambda: None
-    readline.parse_and_bind("tab: complete")
-    # a paste of several lines arrives as one input (the terminal marks where it starts and ends)
-    readline.parse_and_bind("set enable-bracketed-paste on")
+    import readline
+
+    if editor == "libedit":  # its own syntax, and no bracketed paste (paste_hint says so)
+        readline.parse_and_bind("bind ^I rl_complete")
+    else:
+        readline.parse_and_bind("tab: complete")
+        # a paste of several lines arrives as one input (the terminal marks where it starts and ends)
+        readline.parse_and_bind("set enable-bracketed-paste on")
     if history_file is None:
         return lambda: None
     with contextlib.suppress(OSError):
@@ -287,8 +312,12 @@ def run(args: argparse.Namespace) -> int:
     session = ChatSession(engine, system=args.system, params=params)
     save_history = _setup_readline(args.history_file)
     name = engine.pair.name if engine.pair else engine.target_path.name
+    eof = "Ctrl-Z Enter" if sys.platform == "win32" else "Ctrl-D"  # what ends input() there
     print(f"sprinter-edge chat: {name}, method {engine.settings.method}. "
-          "/help for commands, Ctrl-D to leave.", flush=True)
+          f"/help for commands, {eof} to leave.", flush=True)
+    hint = paste_hint(line_editor())
+    if hint:
+        print(hint, flush=True)
     try:
         ChatRepl(session, show_stats=args.show_stats).loop()
     finally:

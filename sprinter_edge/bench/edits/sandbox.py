@@ -125,17 +125,21 @@ import json
 def _alarm(signum, frame):
     raise TimeoutError
 
-signal.signal(signal.SIGALRM, _alarm)
+if hasattr(signal, "setitimer"):
+    signal.signal(signal.SIGALRM, _alarm)
+    _limit = lambda seconds: signal.setitimer(signal.ITIMER_REAL, seconds)
+else:  # Windows: no per-call limit, the whole probe's timeout only
+    _limit = lambda seconds: None
 module = load(NAME, SOURCE)
 found = {}
 for key, function, literals in PROBES:
     ok, seen = 0, set()
     for literal in literals:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        _limit(0.5)
         try:
             result = call(module, function, eval(literal), {})
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _limit(0)
         if result.startswith("(('returned'"):
             ok += 1
             seen.add(result)
@@ -198,8 +202,7 @@ def probe_cases(module: str, code: str) -> tuple[tuple[str, str], ...]:
         try:
             done = subprocess.run([sys.executable, "-I", "-B", str(path)], cwd=tmp, capture_output=True,
                                   text=True, timeout=PROBE_TIMEOUT * 3,
-                                  env={"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8",
-                                       "PYTHONHASHSEED": "0"})
+                                  env=quality.sandbox_env(tmp))
         except subprocess.TimeoutExpired:
             log.info("%s: probing the inputs timed out", module)
             return ()
