@@ -14,14 +14,15 @@ import ctypes
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import BackendError, ContextOverflowError, ModelFileError
-from . import native, rpc
+from . import host, native, rpc
 from .native import llama_cpp
 
 log = logging.getLogger(__name__)
@@ -32,13 +33,22 @@ FLASH_ATTN_TYPE = {"auto": -1, "on": 1, "off": 0}
 FLASH_ATTN = tuple(FLASH_ATTN_TYPE)
 
 
+def default_gpu_layers() -> int:
+    """The GPU layers a model gets unless told: every one (-1) where this build can put them on a
+    GPU here (`native.gpu_offload_supported`), as llama.cpp's own tools, Ollama and LM Studio do;
+    none (0) otherwise."""
+    return -1 if native.gpu_offload_supported() else 0
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """Hardware and memory settings for one model."""
 
     n_ctx: int | None = None  # None: `auto_context` (the trained context, up to AUTO_CTX)
-    n_threads: int | None = None  # None: all cores
-    n_gpu_layers: int = 0  # layers offloaded to Metal/CUDA (-1: all)
+    n_threads: int | None = None  # None: the performance cores (backend/host.py)
+    # layers offloaded to Metal/CUDA/Vulkan (-1: all; 0: the CPU); the default: all where the
+    # build has a GPU here (`default_gpu_layers`)
+    n_gpu_layers: int = field(default_factory=default_gpu_layers)
     n_batch: int = 512
     # Weights read into memory instead of mapped from the file: a faster step (anonymous memory
     # gets huge pages; a mapped file's pages can be reclaimed between calls and fault back in;
@@ -59,7 +69,7 @@ class LoadOptions:
             raise ValueError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}: {self.flash_attn!r}")
 
     def threads(self) -> int:
-        return self.n_threads or max(1, os.cpu_count() or 1)
+        return self.n_threads or host.performance_cores()
 
     def flash_attn_type(self, repacked: bool) -> int:
         """llama.cpp's flash_attn_type for a model loaded with these options (-1 auto, 0 off,
@@ -112,23 +122,31 @@ def auto_context(model: Any) -> int:
     n_embd, n_head = llama_cpp.llama_model_n_embd(model), max(1, llama_cpp.llama_model_n_head(model))
     n_head_kv = llama_cpp.llama_model_n_head_kv(model) or n_head
     per_token = 2 * 2 * llama_cpp.llama_model_n_layer(model) * n_head_kv * (n_embd // n_head)
-    fits = int(free_memory() * AUTO_CTX_MEMORY / max(per_token, 1))
+    return context_for(trained, per_token, host.free_memory())
+
+
+def context_for(trained: int, kv_bytes_per_token: int, free: int) -> int:
+    """`auto_context`'s rule: the trained context, at most AUTO_CTX, no more than a KV cache of
+    `kv_bytes_per_token` fits in AUTO_CTX_MEMORY of `free` bytes, never under 2048; a multiple
+    of 256."""
+    fits = int(free * AUTO_CTX_MEMORY / max(kv_bytes_per_token, 1))
     return max(2048, min(trained, AUTO_CTX, fits)) // 256 * 256
 
 
-def free_memory() -> int:
-    """Bytes of memory free now (Linux), else the machine's whole memory."""
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
+# llama.cpp's load log: where the layers went (a GPU build only) and the devices it uses
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_DEVICE = re.compile(r"using device (\S+) \(([^)]*)\)")
+
+
+def placement_from_log(lines: list[tuple[int, str]], layers: int) -> tuple[int, int, list[str]]:
+    """(layers offloaded, of how many, the devices as "NAME (DESCRIPTION)") from llama.cpp's load
+    log. A build with the RPC backend says "offloaded n/m layers to GPU" even where it found no
+    device to put them on: without a device, none are offloaded."""
+    devices = [f"{m.group(1)} ({m.group(2)})" for _, line in lines if (m := _DEVICE.search(line))]
+    found = next((m for _, line in lines if (m := _OFFLOADED.search(line))), None)
+    if found is None or not devices:
+        return 0, layers, devices
+    return int(found.group(1)), int(found.group(2)), devices
 
 
 class LlamaModel:
@@ -141,18 +159,22 @@ class LlamaModel:
         native.ensure_backend()
 
         mparams = llama_cpp.llama_model_default_params()
+        # -1: every layer (llama.cpp reads any negative count as all of them, the output layer too)
         mparams.n_gpu_layers = self.options.n_gpu_layers
         self.rpc_devices: rpc.Devices | None = None
         if self.options.rpc:
             self.rpc_devices = rpc.Devices(self.options.rpc)
             mparams.devices = self.rpc_devices.pointer
-            mparams.n_gpu_layers = 999
+            # the rpc-servers are the only devices given: every layer goes there, whatever the
+            # GPU layers asked (those are this machine's GPU's)
+            mparams.n_gpu_layers = -1
         mparams.use_mmap = self.options.use_mmap
         if native.avoid_extra_buffers():
             # Native builds with AMX crash on the first decode on some Xeons.
             mparams.use_extra_bufts = False
         with native.capture_log() as logbuf:
             model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        load_log = logbuf.lines
         if not model:
             detail = logbuf.last_error() or "llama.cpp could not load it"
             raise ModelFileError(
@@ -197,6 +219,9 @@ class LlamaModel:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.n_embd = llama_cpp.llama_model_n_embd(model)
         self.n_layer = llama_cpp.llama_model_n_layer(model)
+        # where the layers went, as llama.cpp counts them (the output layer is one): layers on a
+        # device of `devices` (a GPU, or rpc-servers), of `layers`
+        self.gpu_layers, self.layers, self.devices = placement_from_log(load_log, self.n_layer + 1)
         self.n_ctx = llama_cpp.llama_n_ctx(ctx)
         self.n_batch = self.options.n_batch
         self.bos_id = llama_cpp.llama_vocab_bos(self._vocab)
@@ -235,6 +260,17 @@ class LlamaModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def placement(self) -> str:
+        """Where the layers are, in a few words: "31/31 layers on GPU (Metal)", "on the CPU"."""
+        if not self.gpu_layers:
+            return "on the CPU"
+        if self.rpc_devices is not None:
+            where = "rpc-server " + ", ".join(self.options.rpc)
+        else:
+            where = "GPU (" + ", ".join(native.device_name(d) for d in self.devices) + ")"
+        rest = ", the rest on the CPU" if self.gpu_layers < self.layers else ""
+        return f"{self.gpu_layers}/{self.layers} layers on {where}{rest}"
 
     # ------------------------------------------------------------------ metadata
     def meta(self, key: str) -> str | None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import re
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 
 import llama_cpp
 
@@ -93,7 +95,79 @@ def avoid_extra_buffers() -> bool:
 
 
 def gpu_offload_supported() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """Whether this build can put layers on a GPU here, so that every layer goes there by
+    default. llama.cpp's `llama_supports_gpu_offload()` also says yes for any build with its RPC
+    backend (tools/setup.sh always adds it), whose devices are remote and only used through
+    --target-rpc: for such a build a local GPU device is asked for as well (`gpu_devices`)."""
+    if not llama_cpp.llama_supports_gpu_offload():
+        return False
+    if not llama_cpp.llama_supports_rpc():
+        return True
+    devices = gpu_devices()
+    return bool(devices) if devices is not None else False
+
+
+def gpu_devices() -> list[str] | None:
+    """The local GPUs llama.cpp puts offloaded layers on, as "NAME (DESCRIPTION)" (e.g.
+    "Metal (Apple M2 Pro)", "CUDA0 (NVIDIA ...)"): the discrete ones, else the integrated ones,
+    as llama.cpp picks them; RPC devices left out. None where ggml cannot be asked."""
+    try:
+        return _gpu_devices()
+    except (OSError, AttributeError, ValueError, TypeError) as exc:
+        log.debug("cannot list ggml's devices: %s", exc)
+        return None
+
+
+# ggml_backend_dev_type's values (ggml-backend.h)
+_DEVICE_GPU, _DEVICE_IGPU = 1, 2
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_devices() -> list[str] | None:
+    libs = _ggml_libs()
+    if not libs:
+        return None
+    p = ctypes.c_void_p
+    protos = {"ggml_backend_dev_count": ([], ctypes.c_size_t), "ggml_backend_dev_get": ([ctypes.c_size_t], p),
+              "ggml_backend_dev_type": ([p], ctypes.c_int), "ggml_backend_dev_name": ([p], ctypes.c_char_p),
+              "ggml_backend_dev_description": ([p], ctypes.c_char_p),
+              "ggml_backend_dev_backend_reg": ([p], p), "ggml_backend_reg_name": ([p], ctypes.c_char_p)}
+    fns = {}
+    for name, (args, res) in protos.items():
+        fn = next((getattr(lib, name) for lib in libs if hasattr(lib, name)), None)
+        if fn is None:
+            return None
+        fn.argtypes, fn.restype = args, res
+        fns[name] = fn
+    found: dict[int, list[str]] = {_DEVICE_GPU: [], _DEVICE_IGPU: []}
+    for i in range(fns["ggml_backend_dev_count"]()):
+        dev = fns["ggml_backend_dev_get"](i)
+        kind = fns["ggml_backend_dev_type"](dev)
+        reg = fns["ggml_backend_dev_backend_reg"](dev)
+        if kind not in found or (reg and fns["ggml_backend_reg_name"](reg) == b"RPC"):
+            continue
+        name = (fns["ggml_backend_dev_name"](dev) or b"?").decode(errors="replace")
+        about = (fns["ggml_backend_dev_description"](dev) or b"").decode(errors="replace")
+        found[kind].append(f"{name} ({about})" if about and about != name else name)
+    return found[_DEVICE_GPU] or found[_DEVICE_IGPU]
+
+
+def _ggml_libs() -> list[ctypes.CDLL]:
+    """libggml and libggml-base as llama-cpp-python loaded them (the same handles: both are in)."""
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    libs = []
+    for stem in ("ggml", "ggml-base"):
+        for name in (f"lib{stem}.so", f"lib{stem}.dylib", f"{stem}.dll"):
+            if (lib_dir / name).exists():
+                with contextlib.suppress(OSError):
+                    libs.append(ctypes.CDLL(str(lib_dir / name)))
+                break
+    return libs
+
+
+def device_name(device: str) -> str:
+    """A device's short name: "Metal" of "Metal (Apple M2 Pro)"."""
+    return device.split(" (", 1)[0]
 
 
 def llama_cpp_version() -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backend.host import performance_cores
 from ..errors import SprinterError
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class LlamaServer:
             raise ServerError(f"{name} needs the pair's draft model (-md); this run has none")
         self.name = name
         self.binary = Path(binary)
-        threads = n_threads or os.cpu_count() or 1
+        threads = n_threads or performance_cores()  # the engine's default too
         self.port = 0
         self.args: list[str] = ["-m", str(target), "-c", str(n_ctx), "-t", str(threads),
                                 "-tb", str(threads), "-np", "1", "--host", "127.0.0.1",
@@ -234,6 +235,7 @@ class LlamaServer:
                 self.proc = subprocess.Popen(
                     self.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True,  # Ctrl-C reaches the bench, which stops the server
+                    creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),  # (Windows' way)
                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             try:
                 self._wait_healthy()

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..backend import native
+from ..backend.host import performance_cores
 from ..backend.llama import common_prefix
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def _llama(path: Path, n_ctx: int, n_threads: int | None, **kw: Any) -> Any:
         # buffer by the logits_all it was given: n_batch rows, and a prompt longer than n_batch
         # fails to broadcast into it. Asking for it explicitly sizes the buffer n_ctx rows.
         kw["logits_all"] = True
-    threads = n_threads or os.cpu_count() or 1
+    threads = n_threads or performance_cores()  # the engine's default too
     with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
         return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
                      n_threads_batch=threads, verbose=False, **kw)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..api import Engine
 from ..backend import llama_tools, native
+from ..backend.host import performance_cores
 from ..costs.table import cpu_name, machine_costs
 from ..decoding import STRATEGIES
 from ..errors import SprinterError
@@ -129,8 +130,8 @@ def machine(threads: int | None) -> dict:
         mem = f", {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB RAM"
     cores = os.cpu_count()
     desc = (f"{cpu}, {cores} cores{mem}, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, threads {threads or cores}")
-    return {"description": desc, "cpu": cpu, "cores": cores, "threads": threads or cores}
+            f"Python {platform.python_version()}, threads {threads or performance_cores()}")
+    return {"description": desc, "cpu": cpu, "cores": cores, "threads": threads or performance_cores()}
 
 
 def select_prompts(config: BenchConfig) -> list[prompts.BenchPrompt]:

@@ -405,7 +405,19 @@ def _machine_key(options: Any) -> dict[str, Any]:
            "flash_attn": options.flash_attn}
     if options.rpc:  # timed through the network, round trips included: a table per route
         key["rpc"] = list(options.rpc)
+    elif options.n_gpu_layers and native.gpu_offload_supported():
+        # layers on a GPU: a table per GPU (only then, so the CPU's tables stay valid)
+        key["device"] = device_key()
     return key
+
+
+def device_key() -> str:
+    """The GPU the offloaded layers run on, as the cost tables are keyed by it: its name and
+    description (e.g. "Metal (Apple M2 Pro)"), or "gpu" where ggml cannot tell."""
+    from ..backend import native
+
+    devices = native.gpu_devices()
+    return ", ".join(devices) if devices else "gpu"
 
 
 def cost_key(model: Any) -> dict[str, Any]:
