@@ -9,11 +9,12 @@ scaled by the files' sizes (`prior_costs`), which are measured in place when a p
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backend.llama import LlamaModel, LoadOptions, check_gguf_file
+from .backend import native
+from .backend.llama import LlamaModel, LoadOptions, check_gguf_file, default_gpu_layers
 from .catalog.registry import PairSpec, load_registry
 from .catalog.store import ensure_model
 from .costs.pricing import Costs
@@ -25,12 +26,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Hardware:
-    """Where and how the models run. GPU layers: 0 = CPU only, -1 = every layer."""
+    """Where and how the models run. GPU layers: 0 = CPU only, -1 = every layer; by default every
+    layer where this build has a GPU here, else none (`default_gpu_layers`)."""
 
-    n_threads: int | None = None
+    n_threads: int | None = None  # None: the performance cores (backend/host.py)
     n_ctx: int | None = None  # None: the model's trained context up to AUTO_CTX (backend/llama.py)
-    draft_gpu_layers: int = 0
-    target_gpu_layers: int = 0
+    draft_gpu_layers: int = field(default_factory=default_gpu_layers)
+    target_gpu_layers: int = field(default_factory=default_gpu_layers)
     n_batch: int = 512
     flash_attn: str = "auto"  # "on", "off", or "auto": off for repacked weights on the CPU (LoadOptions)
     target_rpc: tuple[str, ...] = ()  # rpc-servers (HOST:PORT) holding the target (backend/rpc.py)
@@ -38,7 +40,7 @@ class Hardware:
     def options(self, role: str) -> LoadOptions:
         layers = self.draft_gpu_layers if role == "draft" else self.target_gpu_layers
         return LoadOptions(n_ctx=self.n_ctx, n_threads=self.n_threads,
-                           n_gpu_layers=999 if layers < 0 else layers, n_batch=self.n_batch,
+                           n_gpu_layers=-1 if layers < 0 else layers, n_batch=self.n_batch,
                            flash_attn=self.flash_attn, rpc=self.target_rpc if role == "target" else ())
 
 
@@ -125,6 +127,37 @@ class ModelPair:
     def is_prior(self, table: CostTable | None) -> bool:
         """`table` is the draft's guessed costs (not measured yet)."""
         return table is not None and table is self._draft_prior
+
+    def placement(self) -> str:
+        """Where the loaded models' layers are, one line: "target 31/31 layers on GPU (Metal),
+        draft 31/31 layers on GPU (Metal)", "target and draft on the CPU (this build has no GPU
+        offload)"."""
+        loaded = [(role, m.placement()) for role, m in (("target", self._target), ("draft", self._draft))
+                  if m is not None]
+        if not loaded:
+            return "no model loaded yet"
+        if len(loaded) == 2 and loaded[0][1] == loaded[1][1]:
+            line = f"target and draft {loaded[0][1]}"
+        else:
+            line = ", ".join(f"{role} {where}" for role, where in loaded)
+            if self.draft_path is not None and self._draft is None:
+                line += ", draft not loaded yet"
+        if not native.gpu_offload_supported() and "GPU" not in line and "rpc-server" not in line:
+            line += " (this build has no GPU offload)"
+        return line
+
+    def layers_on(self) -> str:
+        """Where the loaded models' layers are, in a word or two: "GPU", "CPU", "GPU+CPU",
+        "rpc-server+CPU" (the chat page shows it)."""
+        places: list[str] = []
+        for m in (self._target, self._draft):
+            if m is None:
+                continue
+            if m.gpu_layers:
+                places.append("rpc-server" if m.rpc_devices is not None else "GPU")
+            if m.gpu_layers < m.layers:
+                places.append("CPU")
+        return "+".join(dict.fromkeys(sorted(places, key=("rpc-server", "GPU", "CPU").index))) or "-"
 
     def decoded_tokens(self) -> int:
         """Tokens the target has decoded since it loaded, prompts read included (0: not loaded)."""

@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from ..api import DEFAULT_METHOD, Engine, Hardware
-from ..backend.llama import AUTO_CTX, AUTO_CTX_MEMORY, FLASH_ATTN
+from ..backend import native
+from ..backend.llama import AUTO_CTX, AUTO_CTX_MEMORY, FLASH_ATTN, default_gpu_layers
 from ..backend.rpc import parse_endpoints
+from ..catalog.local import Pairing, pair
 from ..decoding import SamplingParams, all_settings
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
-from ..methods import described, methods
+from ..methods import described, get_strategy, methods
 from ..verifiers.calibration import PRESETS
 
 
@@ -22,8 +24,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--pair", default="default",
                    help="registered pair name (see `sprinter-edge models`); default: %(default)s")
-    g.add_argument("--draft", metavar="FILE", help="local draft GGUF (use with --target)")
-    g.add_argument("--target", metavar="FILE", help="local target GGUF (overrides --pair)")
+    g.add_argument("--draft", metavar="MODEL",
+                   help="draft: a GGUF path or a name `sprinter-edge models` lists (with --target; default: "
+                        "the smallest model here, smaller than the target, with its tokenizer; none: "
+                        "no draft)")
+    g.add_argument("--target", metavar="MODEL",
+                   help="target: a GGUF path or a name `sprinter-edge models` lists, e.g. "
+                        "ollama:qwen2.5-coder:7b, lmstudio:REPO/FILE, hf:REPO/FILE (overrides --pair)")
+    g.add_argument("--models-dir", action="append", default=[], metavar="DIR",
+                   help="another folder of GGUF files to find models in (repeatable; also "
+                        "SPRINTER_EDGE_MODELS_DIRS and the config file's dirs)")
     g.add_argument("--offline", action="store_true",
                    help="never touch the network: use cached files or the PyPI mirror only")
 
@@ -31,15 +41,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_hardware_args(p: argparse.ArgumentParser, *, ctx_default: int | None = None) -> None:
     g = p.add_argument_group("hardware")
     g.add_argument("--threads", type=int, default=None,
-                   help="CPU threads per model (default: all cores)")
+                   help="CPU threads per model (default: the performance cores, as llama.cpp counts "
+                        "them: physical cores, no hyperthreads or efficiency cores)")
     g.add_argument("--ctx", type=int, default=ctx_default, metavar="TOKENS",
                    help=f"context size in tokens (default: {ctx_default})" if ctx_default else
                    f"context size in tokens (default: the model's trained context up to {AUTO_CTX}, "
                    "enough for an agent's request, its file and the file back; less where its KV "
                    f"cache would not fit in {AUTO_CTX_MEMORY * 100:g}%% of free memory. The default "
                    f"pair's target needs 28 KiB a token: ~450 MiB at {AUTO_CTX})")
-    g.add_argument("--gpu", action="store_true",
-                   help="offload every layer of both models to Metal/CUDA (needs a GPU build)")
+    where = g.add_mutually_exclusive_group()
+    where.add_argument("--gpu", action="store_true",
+                       help="every layer of both models on the GPU (Metal/CUDA/Vulkan): the default "
+                            "where the build has a GPU here; `doctor` says whether it does")
+    where.add_argument("--cpu", action="store_true",
+                       help="keep every layer of both models on the CPU, even where the build has a GPU")
     g.add_argument("--draft-gpu-layers", type=int, default=None,
                    help="draft layers on the GPU (0 = CPU, -1 = all)")
     g.add_argument("--target-gpu-layers", type=int, default=None,
@@ -191,11 +206,25 @@ def sampling_from(args: argparse.Namespace) -> SamplingParams:
                           prediction=read_text(prediction, "--prediction") if prediction else None)
 
 
+def gpu_layers_from(args: argparse.Namespace) -> int:
+    """The GPU layers of a model whose own --*-gpu-layers is not given: none with --cpu, all with
+    --gpu, else the default (all where the build has a GPU here, `default_gpu_layers`)."""
+    if getattr(args, "cpu", False):
+        return 0
+    if getattr(args, "gpu", False):
+        if not native.gpu_offload_supported():
+            logging.getLogger(__name__).warning(
+                "--gpu: this llama-cpp-python has no GPU offload here: the layers stay on the CPU "
+                "(build it for your GPU: README, \"Hardware\")")
+        return -1
+    return default_gpu_layers()
+
+
 def hardware_from(args: argparse.Namespace) -> Hardware:
+    default = gpu_layers_from(args)
+
     def layers(value: int | None) -> int:
-        if value is not None:
-            return value
-        return -1 if args.gpu else 0
+        return value if value is not None else default
 
     return Hardware(n_threads=args.threads, n_ctx=args.ctx,
                     draft_gpu_layers=layers(args.draft_gpu_layers),
@@ -203,10 +232,9 @@ def hardware_from(args: argparse.Namespace) -> Hardware:
                     target_rpc=parse_endpoints(args.target_rpc) if args.target_rpc else ())
 
 
-def engine_from(args: argparse.Namespace, *, method: str | None = None, with_draft: bool = False) -> Engine:
-    """The engine the flags describe (decoding flags are optional: `bench` has fewer).
-    `with_draft`: fetch the pair's draft even when the method would not use it."""
-    kwargs: dict[str, Any] = dict(
+def engine_kwargs(args: argparse.Namespace, *, method: str | None = None) -> dict[str, Any]:
+    """The Engine's keywords the flags give (decoding flags are optional: `bench` has fewer)."""
+    return dict(
         method=method or getattr(args, "method", DEFAULT_METHOD), hardware=hardware_from(args),
         verifier=getattr(args, "verifier", "auto"),
         threshold=getattr(args, "threshold", None), preset=getattr(args, "preset", None),
@@ -214,8 +242,31 @@ def engine_from(args: argparse.Namespace, *, method: str | None = None, with_dra
         prompt_cache_mib=getattr(args, "cache_ram", 0),
         **method_settings_from(args),
     )
+
+
+def pairing_from(args: argparse.Namespace, method: str | None = None) -> Pairing:
+    """--target and --draft resolved (a path or a found model's name; no --draft: the draft found
+    here for the target), kept in `args.pairing` for what reports it (`generate --stats`). With
+    no draft found where the method would use one, one line says so and how to get one."""
+    if getattr(args, "pairing", None) is None:
+        args.pairing = pair(args.target, args.draft, dirs=getattr(args, "models_dir", ()))
+        strategy = get_strategy(method or getattr(args, "method", DEFAULT_METHOD))
+        if args.pairing.draft is None and args.draft is None and strategy.uses_draft:
+            without = ", ".join(m for m in methods() if not get_strategy(m).needs_draft)
+            print(f"sprinter-edge: no draft for {args.pairing.target.name}: no smaller model found here "
+                  f"shares its tokenizer, so the methods that need none run ({without}); `sprinter-edge "
+                  "pull` gets a pair with a draft (`sprinter-edge models` lists them), or name one with "
+                  "--draft", file=sys.stderr)
+    return args.pairing
+
+
+def engine_from(args: argparse.Namespace, *, method: str | None = None, with_draft: bool = False) -> Engine:
+    """The engine the flags describe (decoding flags are optional: `bench` has fewer).
+    `with_draft`: fetch the pair's draft even when the method would not use it."""
+    kwargs = engine_kwargs(args, method=method)
     if args.target:
-        return Engine.from_files(args.draft, args.target, **kwargs)
+        pairing = pairing_from(args, method)
+        return Engine.from_files(pairing.draft.path if pairing.draft else None, pairing.target.path, **kwargs)
     if args.draft:
         raise SettingsError("--draft needs --target as well")
     return Engine.from_pair(args.pair, offline=args.offline, download=not args.offline,

@@ -72,5 +72,8 @@ def run(args: argparse.Namespace) -> int:
         if trace.plan:
             print(f"[auto] ran {' -> '.join(trace.plans_run) or trace.plan} ({trace.plan_switches} "
                   f"switches): {trace.plan_reason}", file=sys.stderr)
+        print(f"[layers] {engine.models.placement()}", file=sys.stderr)
+        if getattr(args, "pairing", None) is not None:  # --target: which files ran, and why that draft
+            print(f"[models] {args.pairing.describe()}", file=sys.stderr)
     engine.close()
     return 0

@@ -13,11 +13,12 @@ from ..catalog.registry import load_registry
 from ..catalog.store import cache_listing, clean_stale_partials, ensure_model, status
 from ..errors import SprinterError
 from ..resources import cache_dir
+from .found import add_local_args, print_found
 
 # what a user must know before trusting the flat-batch figure (doctor prints it under it)
 FLAT_CHECK = (
     "    before trusting it: check the target row of the cost table above on YOUR machine (run "
-    "doctor there, --gpu on a GPU build): the bound holds only as far as c(n) stays near c(1); "
+    "doctor there; a GPU build times the GPU): the bound holds only as far as c(n) stays near c(1); "
     "users report draft models SLOWER than plain decoding on Apple Silicon with small pairs (a "
     "Qwen3-4B target with a 0.6B draft at 0.47x on an M4, llama.cpp PR #25173's thread), large "
     "gains only with large targets")
@@ -28,10 +29,16 @@ CURVE_HINT = (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="list registered pairs and which files are present",
+    p = sub.add_parser("models", help="list registered pairs and the GGUF files on this machine",
                        description="List the model pairs in the registry, their files, sizes, "
-                                   "licences and where they are on disk.")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+                                   "licences and where they are on disk; then the GGUF files already "
+                                   "on this machine (Ollama's, LM Studio's, the Hugging Face cache's, "
+                                   "your folders'), each with the name --target takes, its size, "
+                                   "architecture, parameters, quantization, context, tokenizer and "
+                                   "the draft it would get. Only the files' headers are read.")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: the registered pairs (with --local: the files found)")
+    add_local_args(p)
     p.set_defaults(func=run_models)
 
     p = sub.add_parser("pull", help="download (or assemble offline) the files of a pair",
@@ -50,8 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default="default",
                    help="pair whose decode costs and `auto` plan to show (default: %(default)s)")
     p.add_argument("--no-timing", action="store_true", help="skip loading models and timing")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--gpu", action="store_true", help="time with every layer on the GPU")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads (default: the performance cores, as llama.cpp counts them)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpu", action="store_true",
+                       help="time with every layer on the GPU (the default where the build has one)")
+    where.add_argument("--cpu", action="store_true", help="time with every layer on the CPU")
     p.add_argument("--target-rpc", metavar="HOST:PORT[,HOST:PORT]", default=None,
                    help="time the target on these llama.cpp rpc-servers, round trips included "
                         "(as `generate --target-rpc` runs it); shows each server's round trip")
@@ -70,6 +81,9 @@ def _fmt_size(n: int | None) -> str:
 
 
 def run_models(args: argparse.Namespace) -> int:
+    if args.local:
+        print_found(args)
+        return 0
     reg = load_registry()
     rows = []
     for pair in reg.pairs.values():
@@ -108,6 +122,7 @@ def run_models(args: argparse.Namespace) -> int:
             print(f"  verifier {e['verifier_missing']} not present (uses the confidence rule)")
         else:
             print(f"  verifier {e['verifier'] or 'none shipped (uses the confidence rule)'}")
+    print_found(args)
     return 0
 
 
@@ -159,7 +174,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     print(f"  llama.cpp     {info.strip()}")
     for line in _build_lines(buildflags.check_build(info)):
         print(line)
-    print(f"  gpu offload   {'yes' if native.gpu_offload_supported() else 'no (CPU build)'}")
+    for line in _placement_lines():
+        print(line)
     print(f"  cpu amx       {'yes' if native.cpu_has_amx() else 'no'}; extra buffers "
           f"{'OFF (AMX workaround)' if native.avoid_extra_buffers() else 'on'}")
     reg = load_registry()
@@ -185,8 +201,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     from ..api import Engine, Hardware
     from ..costs.table import BASE_DEPTH
     from ..planning.planner import flat_bound
+    from .common import gpu_layers_from
 
-    layers = -1 if args.gpu else 0
+    layers = gpu_layers_from(args)
     rpc_servers = parse_endpoints(args.target_rpc) if args.target_rpc else ()
     for endpoint in rpc_servers:
         try:
@@ -212,6 +229,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     except SprinterError as exc:
         print(f"  (no timing: {exc}; run `sprinter-edge pull {pair.name}`)")
         return 0
+    print(f"layers        {engine.models.placement()}")
     print(f"decode cost, pair {pair.name} (ms per call of n tokens after a {BASE_DEPTH}-token context, last "
           "row / all rows; measured once per machine, build, model and threads, then cached)")
     for role, table in (("draft", planner.draft), ("target", planner.target)):
@@ -255,6 +273,20 @@ def run_doctor(args: argparse.Namespace) -> int:
     print(FLAT_CHECK)
     engine.close()
     return 0
+
+
+def _placement_lines() -> list[str]:
+    """doctor's lines on the GPU, where the layers go by default and the threads."""
+    from ..backend.host import performance_cores
+
+    if native.gpu_offload_supported():
+        devices = ", ".join(native.gpu_devices() or ["a GPU"])
+        return [f"  gpu offload   yes: {devices}",
+                "  layers        every layer of both models on the GPU by default (--cpu: on the CPU)",
+                f"  threads       {performance_cores()} (the performance cores; --threads sets them)"]
+    return ["  gpu offload   no (this build has no GPU here)",
+            "  layers        on the CPU (this build has no GPU offload)",
+            f"  threads       {performance_cores()} (the performance cores; --threads sets them)"]
 
 
 def _curve_lines(target) -> list[str]:  # type: ignore[no-untyped-def]

@@ -97,14 +97,14 @@ def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: Sam
 def submit(worker: EngineWorker, defaults: SamplingParams,
            req: ChatCompletionRequest | CompletionRequest, prompt: Any, *, chat: bool,
            logprobs: int | None = None, extra_stops: Sequence[str] = (),
-           tool_constraint: Constraint | None = None) -> Job:
-    """Queue the request on the worker."""
+           tool_constraint: Constraint | None = None, model: str | None = None) -> Job:
+    """Queue the request on the worker; `model`: the id of the model that runs it."""
     params, point = request_params(req, defaults, logprobs=logprobs, extra_stops=extra_stops,
                                    tool_constraint=tool_constraint)
     # the engine checks the settings the request names (a bad one: a 400 when the job starts);
     # the ones it leaves out keep the engine's values
     return worker.submit(prompt, params=params, chat=chat, method=req.method, operating_point=point,
-                         settings=req.settings, origins=bool(req.origins))
+                         settings=req.settings, origins=bool(req.origins), model=model)
 
 
 async def wait_started(job: Job) -> None:

@@ -117,7 +117,7 @@ class Prediction(_Strict):
 
 
 class _GenerationFields(_Strict):
-    model: str | None = None  # any name: the server serves its one loaded pair
+    model: str | None = None  # an id /v1/models lists picks that model; any other: the default
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

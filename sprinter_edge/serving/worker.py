@@ -19,6 +19,7 @@ from typing import Any
 from ..api import Engine
 from ..decoding import TokenLogprob
 from ..prompting import Message
+from .models import ServedModels
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class Job:
     # before the event is emitted (the tokenizer belongs to the worker thread)
     pieces: dict[int, bytes] = field(default_factory=dict)
     origins: bool = False  # the stream shows each token's origin: note every token's bytes
+    model: str | None = None  # the id of the model that runs it (serving/models.py); None: the engine's
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -84,8 +86,10 @@ class EngineWorker:
     """`prepare` (e.g. `engine.load`) runs on the worker thread before the first job: the server
     listens at once and answers /health with "loading" meanwhile; jobs queue behind it."""
 
-    def __init__(self, engine: Engine, *, prepare: Callable[[], object] | None = None):
-        self.engine = engine
+    def __init__(self, engine: Engine, *, prepare: Callable[[], object] | None = None,
+                 models: ServedModels | None = None):
+        self.engine = engine  # the engine of the job running, or of the last one
+        self.models = models  # the models a job may name (None: `engine` runs every job)
         self.counters = WorkerCounters()
         self._prepare = prepare
         self.state = "loading" if prepare is not None else "ready"  # | "failed"
@@ -107,9 +111,9 @@ class EngineWorker:
         return self._jobs.qsize()
 
     def submit(self, prompt: str | Sequence[Message] | list[int] | PromptBuilder, *,
-               origins: bool = False, **kwargs: Any) -> Job:
+               origins: bool = False, model: str | None = None, **kwargs: Any) -> Job:
         """Queue a generation (call from the event loop); read its events from `job.events`."""
-        job = Job(prompt, kwargs, asyncio.get_running_loop(), origins=origins)
+        job = Job(prompt, kwargs, asyncio.get_running_loop(), origins=origins, model=model)
         if self.lost is not None:  # the worker thread is parked for good: nobody would answer
             self.counters.failed += 1
             job.emit("error", self.lost)
@@ -161,6 +165,13 @@ class EngineWorker:
             self.counters.failed += 1
             job.emit("error", self.load_error)
             return
+        if self.models is not None and job.model is not None:
+            try:  # the model it names, loaded now if it is not (serving/models.py)
+                self.engine = self.models.engine(job.model)
+            except Exception as exc:
+                self.counters.failed += 1
+                job.emit("error", exc)
+                return
         decoded = self.engine.models.decoded_tokens()
         try:
             prompt = job.prompt(self.engine) if callable(job.prompt) else job.prompt
