@@ -64,6 +64,9 @@ class DecodeContext:
     # the draft's tokenizer against the target's before any of its tokens is used
     draft_loader: Callable[[], LlamaModel] | None = None
     prompt_cache: PromptCache | None = None  # KV states of earlier prompts, restored by prefill
+    # what every timing of the reply reads (its model calls, the verifier, the driver's total):
+    # the wall clock; a test gives one that only what it charges moves
+    clock: Callable[[], float] = time.perf_counter
     _scored: list[int] | None = field(default=None, init=False, repr=False)  # prompt + recorded
 
     def setting(self, name: str) -> Any:
@@ -114,9 +117,9 @@ class DecodeContext:
 
     def target_step(self, context: list[int], n_logits: int = 1) -> DecodeOutput:
         assert self.target is not None
-        t0 = time.perf_counter()
+        t0 = self.clock()
         out = self.target.sync(context, n_logits=n_logits)
-        seconds = time.perf_counter() - t0
+        seconds = self.clock() - t0
         self.stats.timings.target_seconds += seconds
         c, n = self.stats.counters, self.target.last_decoded
         c.target_calls += 1
@@ -127,9 +130,9 @@ class DecodeContext:
 
     def draft_step(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
         draft = self.load_draft()
-        t0 = time.perf_counter()
+        t0 = self.clock()
         out = draft.sync(context, n_logits=n_logits, hidden=hidden)
-        seconds = time.perf_counter() - t0
+        seconds = self.clock() - t0
         self.stats.timings.draft_seconds += seconds
         self.stats.counters.draft_calls += 1
         n = draft.last_decoded

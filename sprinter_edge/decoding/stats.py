@@ -251,6 +251,9 @@ class Stats:
     trace: PlanTrace = field(default_factory=PlanTrace)
     point: PointUsed = field(default_factory=PointUsed)
     prediction: PredictionUsage | None = None  # when the client sent a predicted output
+    # prompt tokens the target found in its KV cache (or restored from the prompt cache) and
+    # did not read anew (None: no prompt was read, e.g. cancelled before it started)
+    cached_tokens: int | None = None
     calls: CallLog = field(default_factory=CallLog)  # not in to_dict: the cost model reads it
     guarantee_text: str = ""  # what the output promises, in its method's words (set at the end)
     # what plain decoding (`ar`) would have taken for these tokens after this prompt, by this

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import codecs
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -132,7 +131,8 @@ class Generation:
         stats.prompt_tokens = len(self.prompt)
         # The engine's own time only: the clock stops while a chunk is with the consumer
         # (this generator is suspended at `yield`), so a slow reader does not lower tok/s.
-        t_start = t_resumed = time.perf_counter()
+        clock = ctx.clock
+        t_start = t_resumed = clock()
         busy = 0.0
         want_logprobs = ctx.sampler.params.logprobs is not None
         out = _Reply(self.text_model)
@@ -143,7 +143,7 @@ class Generation:
         ctx.sampler.start(self.prompt)
         try:
             self._prefill()
-            timings.prefill_seconds = time.perf_counter() - t_start
+            timings.prefill_seconds = clock() - t_start
             if ctx.max_new_tokens <= 0:
                 finish = "length"
                 return
@@ -151,7 +151,7 @@ class Generation:
             done = cut_by_stop = False
             for step in steps:
                 if not timings.first_token_seconds:  # prompt read + first step, engine time only
-                    timings.first_token_seconds = busy + time.perf_counter() - t_resumed
+                    timings.first_token_seconds = busy + clock() - t_resumed
                 for token, origin in step:
                     counters.count(origin)
                     if self.text_model.is_eog(token):  # the end token is generated work, not text
@@ -174,29 +174,33 @@ class Generation:
                 if safe > emitted or ready > sent_tokens:
                     chunk = out.chunk(emitted, safe, sent_tokens, ready, want_logprobs)
                     emitted, sent_tokens = max(emitted, safe), max(sent_tokens, ready)
-                    busy += time.perf_counter() - t_resumed
+                    busy += clock() - t_resumed
                     try:
                         yield chunk
                     finally:  # also when the consumer closes the generator here
-                        t_resumed = time.perf_counter()
+                        t_resumed = clock()
                 if done:
                     break
         finally:
             if steps is not None:
                 steps.close()
-            timings.total_seconds = busy + time.perf_counter() - t_resumed
+            timings.total_seconds = busy + clock() - t_resumed
             self._finish(GenerationResult(text=out.text, token_ids=out.token_ids, method=self.strategy.name,
                                           stats=stats, finish_reason=finish, origins=out.origins,
                                           logprobs=out.logprobs if want_logprobs else None))
 
     def _prefill(self) -> None:
         """Every model reads the prompt but its last token, which the first decode of each
-        strategy reads with its logits."""
+        strategy reads with its logits. What the target did not have to read is the reply's
+        `cached_tokens`."""
         ctx = self.ctx
+        head = self.prompt[:-1]
         for model in self.strategy.prefill_models(ctx):
             if ctx.prompt_cache is not None:  # a longer prefix kept from an earlier request
-                ctx.prompt_cache.prepare(model, self.prompt[:-1])
-            model.sync(self.prompt[:-1], n_logits=0)
+                ctx.prompt_cache.prepare(model, head)
+            model.sync(head, n_logits=0)
+            if model is ctx.target:
+                ctx.stats.cached_tokens = len(head) - model.last_decoded
 
     def _finish(self, result: GenerationResult) -> None:
         """The reply's last figures, its result, and the engine told."""

@@ -17,7 +17,6 @@ the next one starts from what this one learned.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
 from ..backend.llama import LlamaModel
@@ -91,9 +90,9 @@ class Auto(Strategy):
             switch_to: tuple[Plan, str] | None = None
             try:
                 while switch_to is None:
-                    t0 = time.perf_counter()
+                    t0 = ctx.clock()
                     step = next(inner)
-                    seg_seconds += time.perf_counter() - t0
+                    seg_seconds += ctx.clock() - t0
                     seg_tokens += len(step)
                     since_look += len(step)
                     seq.extend(t for t, _ in step)

@@ -21,6 +21,7 @@ from ..errors import GrammarError
 from ..grammar import Constraint
 from ..prompting import prompt_tokens, render_chat
 from .jobs import body_constraint, collect, stream_response, submit, wait_started
+from .models import ServedModels
 from .responses import (
     ApiError,
     ChatChunks,
@@ -50,13 +51,20 @@ router = APIRouter()
 
 @dataclass
 class ServerState:
-    """What the handlers serve: one engine behind its worker, under one model id."""
+    """What the handlers serve: one engine behind its worker, under one model id, or, with
+    `models`, the models it offers, the default one first (serving/models.py)."""
 
     engine: Engine
     worker: EngineWorker
     model_id: str
     defaults: SamplingParams
     created: int  # when the server started, for /v1/models
+    models: ServedModels | None = None
+
+    def pick(self, requested: str | None) -> str:
+        """The id of the model that answers a request naming `requested` (an id not offered: the
+        default, as llama.cpp's server)."""
+        return self.models.pick(requested) if self.models is not None else self.model_id
 
 
 def state_of(request: Request) -> ServerState:
@@ -118,13 +126,20 @@ async def health(request: Request) -> Any:
         if s.worker.load_error is not None:
             body["error"] = str(s.worker.load_error)
         return JSONResponse(body, status_code=503)
+    # where the layers are: a word or two for the page, and the line `--stats` prints
+    engine = s.worker.engine  # the model that ran last
+    body["layers_on"], body["layers"] = engine.models.layers_on(), engine.models.placement()
+    if s.models is not None:
+        body["models_loaded"] = s.models.loaded()
     return body
 
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
     s = state_of(request)
-    return models_list(s.model_id, s.created)
+    if s.models is None:
+        return models_list([(s.model_id, "sprinter-edge")], s.created)
+    return models_list([(i, s.models.offers[i].owned_by) for i in s.models.ids()], s.created)
 
 
 # ---------------------------------------------------------------------------- chat
@@ -214,11 +229,13 @@ def plan_chat(req: ChatCompletionRequest) -> ChatPlan:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
     s = state_of(request)
     plan = plan_chat(body)
+    model_id = s.pick(body.model)
     job = submit(s.worker, s.defaults, body, plan.prompt, chat=True, logprobs=body.logprobs_k(),
-                 extra_stops=(CLOSE,) if plan.one_call else (), tool_constraint=plan.constraint)
+                 extra_stops=(CLOSE,) if plan.one_call else (), tool_constraint=plan.constraint,
+                 model=model_id)
     await wait_started(job)
     base = envelope("chatcmpl", "chat.completion.chunk" if body.stream else "chat.completion",
-                    s.model_id)
+                    model_id)
     if body.stream:
         shaper = ChatChunks(job.pieces, logprobs=body.logprobs, tools=plan.tool_stream(),
                             origins=bool(body.origins))
@@ -239,9 +256,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Any:
     s = state_of(request)
-    job = submit(s.worker, s.defaults, body, body.prompt_value(), chat=False, logprobs=body.logprobs)
+    model_id = s.pick(body.model)
+    job = submit(s.worker, s.defaults, body, body.prompt_value(), chat=False, logprobs=body.logprobs,
+                 model=model_id)
     await wait_started(job)
-    base = envelope("cmpl", "text_completion", s.model_id)
+    base = envelope("cmpl", "text_completion", model_id)
     if body.stream:
         return stream_response(job, base, CompletionChunks(job.pieces),
                                include_usage=_include_usage(body))

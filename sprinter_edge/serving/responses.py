@@ -75,17 +75,23 @@ def envelope(id_prefix: str, object_: str, model_id: str) -> dict[str, Any]:
             "model": model_id, "object": object_}
 
 
-def models_list(model_id: str, created: int) -> dict[str, Any]:
+def models_list(models: Sequence[tuple[str, str]], created: int) -> dict[str, Any]:
+    """OpenAI's model list: (id, owned_by) of each model, in order."""
     return {"object": "list", "data": [
-        {"id": model_id, "object": "model", "created": created, "owned_by": "sprinter-edge"}]}
+        {"id": model_id, "object": "model", "created": created, "owned_by": owner}
+        for model_id, owner in models]}
 
 
 def usage(result: GenerationResult) -> dict[str, Any]:
-    """OpenAI's usage; with a prediction, `completion_tokens_details` counts its tokens found
-    in the reply (accepted) and the rest (rejected), as OpenAI's Predicted Outputs do."""
+    """OpenAI's usage; `prompt_tokens_details.cached_tokens` counts the prompt tokens found in
+    the KV cache or the prompt cache (not read anew), as OpenAI and llama.cpp's server report
+    them; with a prediction, `completion_tokens_details` counts its tokens found in the reply
+    (accepted) and the rest (rejected), as OpenAI's Predicted Outputs do."""
     prompt, completion = result.stats.prompt_tokens, len(result.token_ids)
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
                            "total_tokens": prompt + completion}
+    if result.stats.cached_tokens is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": result.stats.cached_tokens}
     if result.stats.prediction is not None:
         out["completion_tokens_details"] = {
             "accepted_prediction_tokens": result.stats.prediction.accepted_prediction_tokens,

@@ -12,7 +12,6 @@ Stop rules:
 from __future__ import annotations
 
 import math
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,12 +134,12 @@ class VerifierRun(StopRule):
             since_flag=self.since_flag, last_outcome=self.last_outcome)
 
         def score() -> float:
-            t0 = time.perf_counter()
+            t0 = ctx.clock()
             if self._band is not None and not self._band[0] <= features.max_prob < self._band[1]:
                 value = math.inf if features.max_prob >= self._band[1] else -math.inf
             else:
                 value = self.verifier.score(features)
-            timings.verifier_seconds += time.perf_counter() - t0
+            timings.verifier_seconds += ctx.clock() - t0
             return value
 
         judged = not (self.verify_eog and ctx.text_eog(token))
