@@ -43,6 +43,7 @@ COLUMNS = (
     ("structured_fenced", "valid in a code block", "{}"),
     ("structured_accuracy", "field accuracy", "{:.2f}"),
     ("forced_share", "grammar-given share", "{:.2f}"),
+    ("grammar_ms_per_token", "grammar ms/tok", "{:.2f}"),
     ("rouge_l", "ROUGE-L vs ar", "{:.3f}"),
     ("exact_match", "exact vs ar", "{:.2f}"),
     ("mean_logprob", "tgt logprob/tok", "{:.3f}"),
@@ -55,7 +56,8 @@ COLUMNS = (
 # columns shown only when some row has this key (the edit tasks are off by default)
 _SHOWN_WITH = {f"{p}_{c}": f"{p}_n" for p in ("edit", "file_edit") for c in ("pass", "done", "ci", "diff")}
 _SHOWN_WITH.update({k: "structured_n" for k in ("structured_valid", "structured_done", "structured_length",
-                                                "structured_fenced", "structured_accuracy", "forced_share")})
+                                                "structured_fenced", "structured_accuracy", "forced_share",
+                                                "grammar_ms_per_token")})
 
 # What the quality columns of SPRINTER rows mean (written under the table).
 COLUMN_HELP = (
@@ -89,7 +91,7 @@ GROUP_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
 # the structured-output section: per method, validity, accuracy, speed and what the grammar gave
 STRUCTURED_COLUMNS = tuple(c for c in COLUMNS if c[0] in (
     "method", "structured_done", "structured_length", "structured_fenced", "structured_accuracy",
-    "tokens_per_second", "ratio_vs_ar", "ttft_seconds", "forced_share"))
+    "tokens_per_second", "ratio_vs_ar", "ttft_seconds", "forced_share", "grammar_ms_per_token"))
 STRUCTURED_HELP = (
     "valid/tasks: replies whose whole text is one JSON value the task's schema accepts "
     "(bench/structured.py; a reply cut by --max-tokens is never valid and is counted under cut by "
@@ -98,6 +100,8 @@ STRUCTURED_HELP = (
     "(name, parameter names, defaults, returns_value, raises) on the extraction tasks, read from "
     "the reply's JSON or its code block. grammar-given share: (forced + accepted fast-forward "
     "tokens) / new tokens: tokens the grammar gave without a target step of their own. "
+    "grammar ms/tok: the grammar's own time (masks, consuming tokens, fast-forward, rollback) "
+    "per new token, inside the decode time. "
     "Rows marked +free decode without the schema; llama-server rows send it as `json_schema`; "
     "llama-cpp-python rows are left out of structured prompts. Why each reply failed: "
     "runs[].structured.why."

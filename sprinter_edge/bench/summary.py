@@ -87,6 +87,7 @@ class SummaryRow(TypedDict, total=False):
     structured_accuracy: float | None
     structured_truth_n: int
     forced_share: float | None
+    grammar_ms_per_token: float | None  # the grammar's own time (Timings.grammar_seconds) per new token
     # agreement with ar
     rouge_l: float | None
     exact_match: float | None
@@ -266,17 +267,20 @@ def _pass_intervals(rows: list[SummaryRow], records: Sequence[RunRecord], check:
 def _structured(recs: Sequence[RunRecord]) -> SummaryRow:
     """A row's structured-output columns: replies cut by max_tokens, replies whose code block
     alone is schema-valid, mean field accuracy over the tasks with a truth, and the share of
-    its tokens the grammar gave for free (forced, or fast-forward tokens the target accepted)."""
+    its tokens the grammar gave for free (forced, or fast-forward tokens the target accepted),
+    and the grammar's own milliseconds (masks, consuming, fast-forward, rollback) per new token."""
     checks = [r.structured for r in recs if r.structured is not None]
     accuracy = [c["accuracy"] for c in checks if c["accuracy"] is not None]
     new = sum(r.new_tokens for r in recs)
     engine = [r.stats for r in recs if r.engine_stats is not None]
     free = sum(s.get("forced", 0) + s.get("grammar_accepted", 0) for s in engine)
+    grammar = sum(s.get("grammar_seconds", 0.0) for s in engine)
     return {"structured_length": sum(c["length"] for c in checks),
             "structured_fenced": sum(c["fenced"] for c in checks),
             "structured_accuracy": sum(accuracy) / len(accuracy) if accuracy else None,
             "structured_truth_n": len(accuracy),
-            "forced_share": free / new if engine and new else None}
+            "forced_share": free / new if engine and new else None,
+            "grammar_ms_per_token": 1e3 * grammar / new if engine and new else None}
 
 
 def _drift(fps: Sequence[dict], spec: MethodSpec) -> SummaryRow:
