@@ -55,8 +55,10 @@ def free_bytes(path: Path) -> int | None:
     return None
 
 
-def disk_error(path: Path, exc: OSError, needed: int | None) -> DiskError:
-    """One line for an OSError while writing `path`: what, how much was needed, how much is free."""
+def disk_error(path: Path, exc: OSError, needed: int | None, *,
+               home: str = "SPRINTER_EDGE_HOME") -> DiskError:
+    """One line for an OSError while writing `path`: what, how much was needed, how much is free;
+    `home`: the variable that moves that cache to another disk."""
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
     why = "the disk is full" if full else (exc.strerror or str(exc))
     free = free_bytes(path.parent)
@@ -65,17 +67,17 @@ def disk_error(path: Path, exc: OSError, needed: int | None) -> DiskError:
         amounts.append(f"{needed:,} bytes needed")
     if free is not None:
         amounts.append(f"{free:,} bytes free")
-    hint = ("free some space or point SPRINTER_EDGE_HOME at a larger disk" if full
+    hint = (f"free some space or point {home} at a larger disk" if full
             else "check the permissions and the disk")
     return DiskError(f"cannot write {path}: {why}"
                      + (f" ({', '.join(amounts)})" if amounts else "") + f"; {hint}")
 
 
-def check_space(path: Path, needed: int | None) -> None:
+def check_space(path: Path, needed: int | None, *, home: str = "SPRINTER_EDGE_HOME") -> None:
     """DiskError before writing `needed` bytes to `path` where they cannot fit."""
     free = free_bytes(path.parent)
     if needed is not None and free is not None and free < needed:
-        raise disk_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), needed)
+        raise disk_error(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), needed, home=home)
 
 
 @contextlib.contextmanager
@@ -470,8 +472,20 @@ def derive_model(spec: ModelSpec, source: Path, *, progress: bool = True) -> Pat
 
 
 # ---------------------------------------------------------------------------- hub
+def hub_repo_cache(spec: ModelSpec) -> Path:
+    """Where huggingface_hub keeps the files of `spec`'s repository (HF_HUB_CACHE, HF_HOME)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / f"models--{spec.repo.replace('/', '--')}"
+
+
 def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
-    """hf_hub_download into the standard HF cache (it resumes `.incomplete` files)."""
+    """hf_hub_download into the standard HF cache. It writes a file of its own per download,
+    deleted when the download fails: a failed run leaves nothing partial. A file that cannot
+    fit is refused before the download starts (one line, in place of huggingface_hub's own
+    warning), and a full disk met while writing is the same DiskError."""
+    import warnings
+
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -481,11 +495,15 @@ def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
         RevisionNotFoundError,
     )
 
+    if not offline:
+        check_space(hub_repo_cache(spec), spec.size, home="HF_HOME")
     try:
-        path = hf_hub_download(
-            repo_id=spec.repo, filename=spec.file, revision=spec.revision,
-            local_files_only=offline,
-        )
+        with warnings.catch_warnings():  # its free-space warning: checked above, or a DiskError below
+            warnings.filterwarnings("ignore", message="Not enough free disk space")
+            path = hf_hub_download(
+                repo_id=spec.repo, filename=spec.file, revision=spec.revision,
+                local_files_only=offline,
+            )
     except LocalEntryNotFoundError as exc:
         why = "offline mode" if offline else "the Hugging Face Hub is not reachable"
         raise DownloadError(
@@ -498,10 +516,8 @@ def download_from_hub(spec: ModelSpec, *, offline: bool = False) -> Path:
         raise DownloadError(f"download of {spec.repo}/{spec.file} failed: {exc}") from exc
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            target = Path(exc.filename) if getattr(exc, "filename", None) else Path(
-                os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
-            ).expanduser()
-            raise disk_error(target, exc, spec.size) from exc
+            target = Path(exc.filename) if getattr(exc, "filename", None) else hub_repo_cache(spec)
+            raise disk_error(target, exc, spec.size, home="HF_HOME") from exc
         raise DownloadError(f"download of {spec.repo}/{spec.file} failed: {exc}") from exc
     except Exception as exc:  # the HTTP client's own errors (dropped connection, protocol, ...)
         raise DownloadError(
