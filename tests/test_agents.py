@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from support.server import running_server
 
 from sprinter_edge.bench import agents
 from sprinter_edge.bench.edits.files import FILES
-
-httpx = pytest.importorskip("httpx")
 
 SOURCE = '''def add(a, b):
     """The sum of a and b."""
@@ -155,7 +154,8 @@ LONG = ("Write a Python class BankAccount with deposit, withdraw, balance and a 
 def test_a_long_reply_without_max_tokens_runs_to_its_end(recorded_server: tuple[Recorder, str]) -> None:
     """No max_tokens: the reply ends where the model ends it (finish_reason "stop"), well past
     the 256 tokens a capped default would cut it at, on both endpoints."""
-    openai = pytest.importorskip("openai")
+    import openai
+
     _, base = recorded_server
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=900)
     chat = client.chat.completions.create(model="default", messages=[{"role": "user", "content": LONG}])

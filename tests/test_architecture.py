@@ -220,7 +220,8 @@ def test_a_new_method_runs_from_the_cli_and_the_server(toy: None, fixture_target
     err = capsys.readouterr().err
     assert rc == 0 and "[toy]" in err and "toy_rounds" in err  # its counter in --stats
 
-    testclient = pytest.importorskip("fastapi.testclient")
+    from fastapi import testclient
+
     from sprinter_edge.serving.server import create_app
 
     engine = Engine(fixture_target_path, fixture_draft_path, method="ar",

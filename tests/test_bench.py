@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.clock import CallClock
 
 from sprinter_edge import SamplingParams
 from sprinter_edge.bench import costmodel, quality, runner, summary
@@ -48,34 +52,50 @@ def test_humaneval_execution_correct_wrong_and_timeout() -> None:
 
 def test_humaneval_code_has_no_network() -> None:
     if not quality.network_isolation():
-        pytest.skip("no working `unshare -n` here")
-    probe = ("import socket\ns = socket.socket()\ns.settimeout(2)\n"
-             "try:\n    s.connect(('1.1.1.1', 53))\nexcept OSError:\n    raise SystemExit(0)\n"
-             "raise SystemExit(1)\n")
-    assert quality.run_program(probe, timeout=10).passed
+        pytest.fail("no working `unshare -n` (root) or `unshare -rn` (user namespaces) here: "
+                    "HumanEval's code would run with network access")
+    # A listener on this machine's loopback: reachable from here, not from a namespace of its own
+    # (no traffic ever leaves the machine, whether the sandbox holds or not)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        probe = (f"import socket\ns = socket.socket()\ns.settimeout(2)\n"
+                 f"try:\n    s.connect(('127.0.0.1', {port}))\nexcept OSError:\n    raise SystemExit(0)\n"
+                 "raise SystemExit(1)\n")
+        assert quality.run_program(probe, timeout=10).passed
+        reachable = probe.replace("SystemExit(0)", "SystemExit(2)").replace("SystemExit(1)", "SystemExit(0)")
+        assert subprocess.run([sys.executable, "-c", reachable], timeout=10).returncode == 0
 
 
-# The cost model's prediction of `ar`'s speed on the fixture pair is within this factor of the
-# measured speed (docs/journal.md quotes it). The fixture's calls take about a millisecond, so
-# timing noise sets the bound: 96-token replies measured 0.85-1.24x on a 2-core CPU (24-token
-# ones 0.69-1.20x). The default pair's bench runs, with calls of 60+ ms, were within 4%.
-COST_MODEL_TOLERANCE = 1.6
-
-
-def test_cost_model_predicts_ar(fixture_engine) -> None:  # type: ignore[no-untyped-def]
+def test_cost_model_predicts_ar(fixture_engine, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The cost model prices a reply's logged calls as they cost: with every call charged its
+    table's price (a clock only the model calls move), the predicted tok/s is the measured one,
+    for `ar` and for `sd` (draft calls, multi-row target calls). How close the prediction comes
+    to real timings on this machine is the bench's "pred tok/s" against "tok/s" (the default
+    pair's runs were within 4%), not a bound on a shared CPU here."""
     table = costmodel.measure(fixture_engine.target, (1, 2, 4, 8), repeats=5)
     assert table.cost(1) > 0 and table.cost(8, 8) > 0 and table.cost(5, 2) > 0
-    model = costmodel.CostModel(table, costmodel.measure(fixture_engine.draft, (1, 2, 4), repeats=2))
-    res = fixture_engine.generate("Write a long story about the sea.", SamplingParams(max_tokens=96),
-                                  method="ar")
-    assert res.stats.counters.new_tokens == 96  # the fixture does not stop early on this prompt
-    predicted = model.predict_tps(res.stats)
-    measured = res.stats.tokens_per_second
-    assert predicted > 0 and measured > 0
-    assert 1 / COST_MODEL_TOLERANCE < predicted / measured < COST_MODEL_TOLERANCE, (predicted, measured)
-    log = res.stats.calls.target  # every target call logged, by size, rows and depth
-    assert sum(log.values()) == res.stats.counters.target_calls
-    assert sum(n * k for (n, _, _), k in log.items()) == res.stats.counters.target_tokens
+    draft_table = costmodel.measure(fixture_engine.draft, (1, 2, 4), repeats=2)
+    model = costmodel.CostModel(table, draft_table)
+    clock = CallClock()
+    for name, model_, priced in (("target", fixture_engine.target, table),
+                                 ("draft", fixture_engine.draft, draft_table)):
+        clock.charge(monkeypatch, model_, name,
+                     lambda n, rows, depth, priced=priced: priced.cost(n, rows) / 1e3 if n else 0.0)
+    for method in ("ar", "sd"):
+        gen = fixture_engine.stream("Write a long story about the sea.", SamplingParams(max_tokens=96),
+                                    method=method)
+        gen.ctx.clock = clock
+        res = gen.consume()
+        assert res.stats.counters.new_tokens == 96  # the fixture does not stop early on this prompt
+        predicted = model.predict_tps(res.stats)
+        measured = res.stats.tokens_per_second
+        assert measured > 0 and predicted == pytest.approx(measured, rel=1e-9), (method, predicted, measured)
+        log = res.stats.calls.target  # every target call logged, by size, rows and depth
+        assert sum(log.values()) == res.stats.counters.target_calls
+        assert sum(n * k for (n, _, _), k in log.items()) == res.stats.counters.target_tokens
+    assert res.stats.calls.draft and any(n > 1 for n, _, _ in res.stats.calls.target)  # sd's were priced
 
 
 def test_cost_model_prices_each_call_not_the_mean_call() -> None:
@@ -128,7 +148,8 @@ def quick_bench(fixture_target_path: Path, fixture_draft_path: Path,
 
 
 def _skip_if_noted(data: dict, start: str) -> None:
-    """Skip, with the bench's own reason, where the bench noted it left these rows out."""
+    """Skip, with the bench's own reason, where the bench noted it left these rows out (an
+    AMX CPU: allowed in tests/allowed_skips.toml)."""
     note = next((n for n in data["notes"] if n.startswith(start)), None)
     if note is not None:
         pytest.skip(note)
@@ -144,7 +165,8 @@ def test_bench_quick_llama_server_rows(quick_bench: tuple[dict, Path]) -> None:
     from sprinter_edge.bench.results import SERVER_MISSING_NOTE
 
     data, _ = quick_bench
-    _skip_if_noted(data, SERVER_MISSING_NOTE)
+    if SERVER_MISSING_NOTE in data["notes"]:
+        pytest.fail(f"{SERVER_MISSING_NOTE} (tools/setup.sh --dev builds it)")
     assert set(runner.SERVER_METHODS) <= {r["base_method"] for r in data["rows"]}  # each its own process
     assert set(data["config"]["llama_server"]["commands"]) == set(runner.SERVER_METHODS)
     plain = next(r for r in data["rows"] if r["base_method"] == "llama-server")

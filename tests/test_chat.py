@@ -7,9 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
-pexpect = pytest.importorskip("pexpect")
+import pexpect
 
 PROMPT = ">>> "
 TIMEOUT = 120  # generous: the machine is shared with heavy jobs

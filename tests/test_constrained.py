@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_exactness import ALPHA, _chisquare_pvalue, _exact_joint, _sample_sd
-from test_lookup import flat
+from support.costs import flat
+from support.exactness import ALPHA, chisquare_pvalue, exact_joint, sample_sd
 
 from sprinter_edge import Engine, SamplingParams
 from sprinter_edge.decoding import Origin
@@ -212,7 +212,7 @@ def _exact_masked_joint(engine: Engine, prompt: list[int], constraint: Constrain
         row = engine.target.sync(prompt + path, n_logits=1).logits[0]
         return distribution(masked(row, grammar.mask()), params)
 
-    return _exact_joint(engine.target, prompt, params, depth, dist)
+    return exact_joint(engine.target, prompt, params, depth, dist)
 
 
 def test_sampled_sd_joint_distribution_matches_constrained_ar(engine: Engine) -> None:
@@ -224,6 +224,6 @@ def test_sampled_sd_joint_distribution_matches_constrained_ar(engine: Engine) ->
     prompt = engine.encode(PROMPTS[0])
     exact = _exact_masked_joint(engine, prompt, PERSON, params, depth=2)
     n = 300
-    counts, seen = _sample_sd(engine, prompt, params, n)
-    assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
+    counts, seen = sample_sd(engine, prompt, params, n)
+    assert chisquare_pvalue(counts, exact, n) > ALPHA, counts
     assert min(seen[o] for o in (Origin.ACCEPTED, Origin.RESAMPLED, Origin.FORCED)) >= 20, seen

@@ -1,10 +1,10 @@
 """Bounded integration tests on the real default pair (Qwen2.5-Coder 0.5B -> 1.5B, Q4_K_M).
 
-On this pair llama.cpp's CPU kernels are NOT batch-invariant: for batches of 4+ tokens the
-repacked Q4_K matmuls give logits up to ~0.6 away from one-token decoding (measured; the
-fixture tests show the algorithm itself is exact). So `sd` greedy equals `ar` greedy except
-where the target's own top two logits are within that noise: the test checks that every
-divergence is such a numerical tie, and that they are rare.
+Whether `sd` greedy equals `ar` greedy on this pair depends on whether llama.cpp's kernels are
+batch-invariant here (README "Exactness"; `sprinter-edge doctor` measures it): on the CPUs of
+docs/results.md they are not (repacked Q4_K matmuls put a row of a 4+ token call up to ~0.6
+away from one-token decoding), and a near-tie between the target's top two tokens can flip.
+The test measures that drift as doctor does and holds sd to what it allows.
 """
 
 from __future__ import annotations
@@ -19,29 +19,49 @@ from sprinter_edge import Engine, SamplingParams
 pytestmark = pytest.mark.integration
 
 PROMPTS = (Path(__file__).parent / "data" / "prompts_equivalence.txt").read_text().splitlines()
-TIE_TOLERANCE = 1.5  # logits: twice the largest batch-vs-single difference measured (0.63)
 
 
 def test_sd_greedy_matches_ar_up_to_numerical_ties(default_engine: Engine) -> None:
-    identical = 0
-    gaps = []
+    """The exactness README promises, counted on 20 prompts, each method reading the prompt
+    afresh: where doctor's measurement finds the kernels batch-invariant, every sd reply is ar's
+    token for token; where it does not, a reply may part from ar's only at a near-tie, a position
+    whose top two tokens are closer than twice the largest logit drift measured (each logit may
+    move by the drift), and there only to the runner-up."""
+    from sprinter_edge.backend.invariance import drift
+
+    drifts = drift(default_engine.target)  # as `doctor` measures it, on the target as loaded here
+    near_tie = 2 * max(d.max_abs for d in drifts)
+    params = SamplingParams(max_tokens=24, logprobs=2)
+
+    def fresh(prompt: str, method: str):  # noqa: ANN202
+        default_engine.reset_caches()  # no prompt prefix kept from a call of another size
+        return default_engine.generate(prompt, params, method=method)
+
+    identical, parted = 0, []
     for prompt in PROMPTS[:20]:
-        ar = default_engine.generate(prompt, SamplingParams(max_tokens=24), method="ar")
-        sd = default_engine.generate(prompt, SamplingParams(max_tokens=24), method="sd")
+        ar, sd = fresh(prompt, "ar"), fresh(prompt, "sd")
         if sd.token_ids == ar.token_ids:
+            assert sd.text == ar.text and sd.finish_reason == ar.finish_reason
             identical += 1
             continue
-        i = next(k for k, (a, b) in enumerate(zip(ar.token_ids, sd.token_ids, strict=False)) if a != b)
-        tokens = default_engine.encode(prompt) + ar.token_ids[:i]
-        target = default_engine.target
-        target.reset()
-        logits = target.sync(tokens, n_logits=1).logits[0]
-        gap = float(logits[ar.token_ids[i]] - logits[sd.token_ids[i]])
-        gaps.append(gap)
-        # recomputed in one batch, so either token may come out ahead: a tie either way
-        assert abs(gap) < TIE_TOLERANCE, (prompt, i, gap)
-    print(f"\nsd == ar on {identical}/20 prompts; tie gaps at divergences: {np.round(gaps, 3)}")
-    assert identical >= 10
+        i = next(k for k, (a, b) in enumerate(zip([*ar.token_ids, None], [*sd.token_ids, None], strict=False))
+                 if a != b)
+        # the target's scores where the replies part: ar's row, or sd's where ar's reply ended
+        # there (an end token has no logprobs entry); the other reply took that row's runner-up
+        # (None: its end token)
+        wrote, other = (ar, sd) if i < len(ar.token_ids) else (sd, ar)
+        entry = wrote.logprobs[i]
+        assert entry.token == wrote.token_ids[i] == entry.top[0][0], (prompt, i, entry)
+        (_, best), (second, runner_up) = entry.top[:2]
+        taken = other.token_ids[i] if i < len(other.token_ids) else None
+        assert taken == second or (taken is None and default_engine.target.is_eog(second)), \
+            (prompt, i, entry, taken)
+        parted.append((i, round(best - runner_up, 3)))
+        assert best - runner_up <= near_tie, (prompt, i, best - runner_up, drifts)
+    print(f"\nbatch drift (call size, max logit difference) {[(d.k, round(d.max_abs, 3)) for d in drifts]}; "
+          f"sd == ar on {identical}/20 prompts; parted at (position, top-2 margin there): {parted}")
+    if near_tie == 0.0:  # batch-invariant here: no tie can flip
+        assert identical == 20, parted
 
 
 def test_four_methods_in_one_run(default_engine: Engine) -> None:

@@ -45,6 +45,7 @@ def leftovers(home: Path) -> list[Path]:
     return [p for p in home.rglob("*") if p.is_file() and p.suffix in (".partial", ".gguf")]
 
 
+@pytest.mark.integration  # assembles (the start of) the default pair's draft source from its mirror
 def test_full_disk_mid_write_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     """ENOSPC injected after two blocks of the assembly: `pull` ends in one line naming the
@@ -73,14 +74,16 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
     path.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
                        capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    if r.returncode != 0:  # root, or CAP_SYS_ADMIN in a container, mounts one
+        pytest.fail(f"cannot mount a tmpfs here (this test needs root or CAP_SYS_ADMIN): "
+                    f"{r.stderr.strip()}")
     try:
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=True)
 
 
+@pytest.mark.integration
 def test_full_disk_on_a_real_small_filesystem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """SPRINTER_EDGE_HOME on a 4 MB tmpfs: the CLI refuses before writing (the file cannot
@@ -126,6 +129,7 @@ def test_stale_partials_go_live_ones_stay(tmp_path: Path, monkeypatch: pytest.Mo
     assert notes[live.name] == f"partial, being written by process {os.getpid()}"
 
 
+@pytest.mark.integration
 def test_killed_first_run_then_a_second_run_cleans_up(tmp_path: Path) -> None:
     """A `pull` killed while it assembles leaves `<file>.<pid>.partial`; the next run that uses
     the cache (here `doctor`, which also lists the cache) removes it, and never a live one."""

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import random
 
-from sprinter_edge.backend.llama import common_prefix
-from sprinter_edge.costs import Costs, CostTable, Evidence
-from sprinter_edge.decoding import DecodeContext, Stats
+from support.copying import edit_context, replay
+
+from sprinter_edge.costs import Evidence
 from sprinter_edge.decoding.lookup import COPIES
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
 from sprinter_edge.decoding.proposers.edit_memory import CODE, COMMENT, EditMemory, _scan
 from sprinter_edge.decoding.proposers.prompt_lookup import CopyPolicy, Departure, PromptLookup
-from sprinter_edge.decoding.sampling import Sampler, SamplingParams
 
 OLD, NEW = 7, 99
-# a 64-row call costs what 8 single steps cost: long proposals pay when they are right
-TABLE = CostTable(last={1: 10.0, 64: 80.0}, full={1: 10.0, 64: 80.0})
 
 
 def source_with_uses(uses: int, seed: int = 0) -> list[int]:
@@ -27,35 +24,6 @@ def source_with_uses(uses: int, seed: int = 0) -> list[int]:
         out += [rng.randrange(20, 60) for _ in range(rng.randrange(6, 14))]
         out += [OLD, rng.randrange(60, 80)]
     return out
-
-
-def edit_context(max_new_tokens: int) -> DecodeContext:
-    """A context for a proposer alone: no model, this file's cost table, an edit request."""
-    return DecodeContext(target=None, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
-                         max_new_tokens=max_new_tokens, costs=Costs(TABLE), evidence=Evidence(), kind="edit")
-
-
-def replay(proposer: PromptLookup, prompt: list[int], reply: list[int],
-           max_new_tokens: int | None = None, model=None) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
-    """(tokens proposed, accepted, target calls) when the target writes `reply` (`model`: whose
-    tokenizer spells renames; None: no respelling)."""
-    ctx = DecodeContext(target=model, draft=None, sampler=Sampler(SamplingParams()), stats=Stats(),
-                        max_new_tokens=max_new_tokens or len(reply) + 1, costs=Costs(TABLE),
-                        evidence=Evidence(), kind="edit")
-    seq = list(prompt)
-    proposer.begin(ctx, seq)
-    proposed = accepted = calls = pos = 0
-    while pos < len(reply):
-        ctx.produced = pos
-        proposal = proposer.propose(ctx, seq)
-        k = len(proposal)
-        ok = common_prefix(proposal.tokens, reply[pos:pos + k])
-        proposer.feedback(ctx, proposal, ok)
-        proposed, accepted, calls = proposed + k, accepted + ok, calls + 1
-        n = min(ok + 1, len(reply) - pos)
-        seq.extend(reply[pos:pos + n])
-        pos += n
-    return proposed, accepted, calls
 
 
 def test_a_rename_is_learned_at_its_first_occurrence() -> None:

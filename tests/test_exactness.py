@@ -13,13 +13,22 @@ the choice of seeds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
+from support.exactness import (
+    ALPHA,
+    EOG,
+    chisquare_pvalue,
+    exact_joint,
+    next_dist,
+    penalised_reference,
+    reply_cell,
+    sample_sd,
+)
 
 from sprinter_edge import Engine, OperatingPoint, SamplingParams
 from sprinter_edge.backend.llama import LlamaModel
@@ -27,80 +36,9 @@ from sprinter_edge.decoding import Origin
 from sprinter_edge.decoding.sampling import Sampler, distribution
 from sprinter_edge.verifiers.base import DraftFeatures, Verifier
 
-ALPHA = 1e-3
-PROMPTS = (Path(__file__).parent / "data" / "prompts_equivalence.txt").read_text().splitlines()
 # The fixture draft disagrees with the target here at temperature 1 (TV of the first-token
 # distributions after top-k 3: about 0.5): rejections, residual draws and bonus tokens all occur.
 PROMPT = "Name a colour:"
-EOG = "<end>"  # the end-of-generation cell of a joint distribution
-
-
-def _dist(model: LlamaModel, context: list[int], params: SamplingParams) -> np.ndarray:
-    return distribution(model.sync(context, n_logits=1).logits[0], params)
-
-
-def _exact_joint(model: LlamaModel, prompt: list[int], params: SamplingParams, depth: int,
-                 dist: Callable[[list[int]], np.ndarray] | None = None) -> dict[tuple[Hashable, ...], float]:
-    """The exact distribution of the first `depth` tokens `ar` samples from `model`: the
-    probability tree expanded over the support (small under top-k). A path that reaches an
-    end token stops there and ends with EOG. `dist(path)`: the next-token distribution after
-    the prompt and `path` (default: the model's under `params`)."""
-    if dist is None:
-        def dist(path: list[int]) -> np.ndarray:
-            return _dist(model, prompt + path, params)
-    joint: dict[tuple[Hashable, ...], float] = {(): 1.0}
-    for _ in range(depth):
-        grown: dict[tuple[Hashable, ...], float] = {}
-        for path, weight in joint.items():
-            if path and path[-1] == EOG:
-                grown[path] = weight
-                continue
-            p = dist(list(path))  # type: ignore[arg-type]
-            for x in np.flatnonzero(p):
-                cell = path + ((EOG,) if model.is_eog(int(x)) else (int(x),))
-                grown[cell] = grown.get(cell, 0.0) + weight * p[x]
-        joint = grown
-    return joint
-
-
-def _cell(result) -> tuple[Hashable, ...]:  # noqa: ANN001
-    tail = (EOG,) if result.finish_reason == "stop" else ()
-    return tuple(result.token_ids) + tail
-
-
-def _chisquare_pvalue(counts: Counter, expected: dict[Hashable, float], n: int) -> float:
-    """Chi-square of observed counts against exact cell probabilities; cells expected fewer
-    than 5 times are merged into one. An observation outside the support fails outright."""
-    outside = {cell: c for cell, c in counts.items() if cell not in expected}
-    assert not outside, f"outcomes the exact distribution gives probability 0: {outside}"
-    cells = sorted(expected, key=lambda c: -expected[c])
-    exp = np.array([float(expected[c]) * n for c in cells], np.float64)  # cells may be float32
-    obs = np.array([counts.get(c, 0) for c in cells], float)
-    big = exp >= 5
-    assert big.sum() >= 3, "too few well-filled cells for a meaningful test"
-    if (~big).any():
-        exp = np.append(exp[big], exp[~big].sum())
-        obs = np.append(obs[big], obs[~big].sum())
-    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
-
-
-def _sample_sd(engine: Engine, prompt: list[int], params: SamplingParams, n: int) -> tuple[Counter, Counter]:
-    """`sd` with k = 2 on seeds 0..n-1: counts of each reply's cell and of every origin. A
-    third token after two accepted drafts is always the bonus row's."""
-    counts: Counter = Counter()
-    seen: Counter = Counter()
-    for seed in range(n):
-        gen = engine.stream(prompt, params.replace(seed=seed), method="sd")
-        gen.ctx.settings["draft_len"] = 2
-        result = gen.consume()
-        counts[_cell(result)] += 1
-        seen.update(result.origins)
-        if result.origins[:2] == [Origin.ACCEPTED, Origin.ACCEPTED] and len(result.origins) == 3:
-            assert result.origins[2] is Origin.BONUS
-    return counts, seen
-
-
-# ---------------------------------------------------------------------------- sd, sampled
 
 
 def test_sd_joint_distribution_of_three_tokens_matches_ar(fixture_engine: Engine) -> None:
@@ -114,10 +52,10 @@ def test_sd_joint_distribution_of_three_tokens_matches_ar(fixture_engine: Engine
     engine = fixture_engine
     params = SamplingParams(temperature=1.0, top_k=3, max_tokens=3)
     prompt = engine.encode(PROMPT, chat=False)
-    exact = _exact_joint(engine.target, prompt, params, depth=3)
+    exact = exact_joint(engine.target, prompt, params, depth=3)
     n = 300
-    counts, seen = _sample_sd(engine, prompt, params, n)
-    assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
+    counts, seen = sample_sd(engine, prompt, params, n)
+    assert chisquare_pvalue(counts, exact, n) > ALPHA, counts
     # every path of the algorithm ran, often enough to weigh in the statistic
     assert seen[Origin.BONUS] >= 20 and seen[Origin.RESAMPLED] >= 100 and seen[Origin.ACCEPTED] >= 100, seen
 
@@ -298,7 +236,7 @@ def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> 
     a = 1 - threshold
     eog = np.zeros(engine.target.n_vocab, bool)
     eog[[t for t in range(eog.size) if engine.target.is_eog(t)]] = True
-    p1, q1 = _dist(engine.target, prompt, params), _dist(engine.draft, prompt, params)
+    p1, q1 = next_dist(engine.target, prompt, params), next_dist(engine.draft, prompt, params)
     first, bonus_after = _sprinter_next(p1, q1, a, eog)
     assert 0.5 * np.abs(first - p1).sum() > 0.2 and 0.5 * np.abs(first - q1).sum() > 0.1
     exact: dict[tuple[Hashable, ...], float] = {}
@@ -308,7 +246,7 @@ def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> 
             exact[(EOG,)] = exact.get((EOG,), 0.0) + float(first[x1])
             continue
         context = prompt + [x1]
-        p2, q2 = _dist(engine.target, context, params), _dist(engine.draft, context, params)
+        p2, q2 = next_dist(engine.target, context, params), next_dist(engine.draft, context, params)
         second = bonus_after[x1] * p2 + (first[x1] - bonus_after[x1]) * _sprinter_next(p2, q2, a, eog)[0]
         for x2 in np.flatnonzero(second):
             cell = (x1, EOG if eog[x2] else int(x2))
@@ -323,10 +261,10 @@ def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> 
         result = engine.generate(prompt, params.replace(seed=seed), method="sprinter",
                                  verifier=CoinVerifier(10_000 + seed),
                                  operating_point=OperatingPoint(threshold=threshold))
-        counts[_cell(result)] += 1
+        counts[reply_cell(result)] += 1
         seen.update(result.origins)
         kept, flags = kept + result.stats.counters.kept, flags + result.stats.counters.flags
-    assert _chisquare_pvalue(counts, exact, n) > ALPHA, (counts, exact)
+    assert chisquare_pvalue(counts, exact, n) > ALPHA, (counts, exact)
     assert stats.binomtest(kept, kept + flags, a).pvalue > ALPHA, (kept, flags)  # the pass rate
     assert min(seen[o] for o in (Origin.ACCEPTED, Origin.RESAMPLED, Origin.BONUS)) >= 20, seen
 
@@ -339,11 +277,9 @@ PENALTIES = dict(presence_penalty=0.6, frequency_penalty=0.4, repeat_penalty=1.3
 def _penalised_dist(model: LlamaModel, context: list[int], prompt_len: int,
                     params: SamplingParams) -> np.ndarray:
     """The target's next-token distribution after the penalties, computed here from their
-    definition (tests/test_sampling.py::_penalised_reference), not with the package's counts."""
-    from test_sampling import _penalised_reference
-
+    definition (tests/support/exactness.py::penalised_reference), not with the package's counts."""
     row = model.sync(context, n_logits=1).logits[0]
-    z = _penalised_reference(row, context, prompt_len, params)
+    z = penalised_reference(row, context, prompt_len, params)
     if params.greedy:
         out = np.zeros_like(z)
         out[int(np.argmax(z))] = 1.0
@@ -418,8 +354,8 @@ def test_sd_joint_distribution_with_penalties_matches_the_penalised_target(
     tv = 0.5 * sum(abs(exact.get(c, 0.0) - plain.get(c, 0.0)) for c in set(exact) | set(plain))
     assert tv > 0.25, tv
     n = 300
-    counts, seen = _sample_sd(engine, prompt, params, n)
-    assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
+    counts, seen = sample_sd(engine, prompt, params, n)
+    assert chisquare_pvalue(counts, exact, n) > ALPHA, counts
     assert seen[Origin.RESAMPLED] >= 20 and seen[Origin.ACCEPTED] >= 20, seen
 
 
@@ -443,9 +379,7 @@ def test_logprobs_are_the_targets_and_stay_aligned_with_the_tokens(fixture_engin
             context = prompt + ar.token_ids[:i]
             row = engine.target.sync(context, n_logits=1).logits[0].astype(np.float64)
             if extra:
-                from test_sampling import _penalised_reference
-
-                row = _penalised_reference(row, context, len(prompt), params)
+                row = penalised_reference(row, context, len(prompt), params)
             want = row - np.log(np.exp(row - row.max()).sum()) - row.max()
             assert a.token == s.token == ar.token_ids[i]
             assert a.logprob == pytest.approx(want[a.token], abs=1e-4)

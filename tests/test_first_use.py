@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.clock import CallClock
 
 from sprinter_edge import Engine, Hardware, SamplingParams
 from sprinter_edge.costs.table import (
     BASE_DEPTH,
     DISAGREE,
+    DISAGREE_CALLS,
     LEARN_BUCKET,
     LEARN_ENV,
     PLAN_SIZES,
@@ -175,20 +177,27 @@ def test_first_use_measures_quickly_and_replies_refine_it(
 
 def test_a_stored_table_timed_under_load_is_corrected_by_the_replies(
         fresh_cache: Path, fixture_target_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table 3x too dear in the cache (timed while something else used the CPU) is back near
-    what the calls cost after one reply of plain steps, and stored so."""
+    """A table 3x too dear in the cache (timed while something else used the CPU) is back at
+    what the calls cost after one reply of plain steps, and stored so. The reply's clock charges
+    each target call the quiet table's price for it, so what the calls cost is known, not timed."""
     monkeypatch.setenv(LEARN_ENV, "1")
     engine = Engine(fixture_target_path, method="lookup", hardware=Hardware(n_ctx=1024, n_threads=1))
     try:
-        quiet = engine.planner().target.cost(1)
-        busy = CostTable.from_dict(engine.planner().target.to_dict())
+        quiet = CostTable.from_dict(engine.planner().target.to_dict())
+        busy = CostTable.from_dict(quiet.to_dict())
         busy.rescale(3.0)
         store_costs(engine.target, busy)
         engine.set_planner(None)
-        assert engine.planner().target.cost(1) == pytest.approx(3 * quiet, rel=0.01)  # read back as stored
-        engine.generate("Write a short poem about rivers.", SamplingParams(max_tokens=32))
+        # read back as stored
+        assert engine.planner().target.cost(1) == pytest.approx(3 * quiet.cost(1), rel=0.01)
+        clock = CallClock()
+        clock.charge(monkeypatch, engine.target, "target",
+                     lambda n, rows, depth: quiet.at(depth).cost(n, rows) / 1e3)
+        gen = engine.stream("Write a short poem about rivers.", SamplingParams(max_tokens=32))
+        gen.ctx.clock = clock
+        assert gen.consume().stats.counters.target_calls >= DISAGREE_CALLS
         corrected = engine.planner().target.cost(1)
-        assert corrected < 2 * quiet  # not 3x: the reply's calls rescaled it (2x: room for noise)
+        assert corrected == pytest.approx(quiet.cost(1), rel=0.01)  # rescaled by 1/3, then agreed
         assert read_costs(cost_file(engine.target)).cost(1) == pytest.approx(corrected, rel=0.01)
     finally:
         engine.close()

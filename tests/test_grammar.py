@@ -1,18 +1,16 @@
 """The grammar layer (sprinter_edge/grammar): constraints -> token masks with llguidance, on the
-real SmolLM2 test model's vocabulary and, where present, the default pair's Qwen vocabulary."""
+real SmolLM2 test model's vocabulary and (integration) the default pair's Qwen vocabulary."""
 
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sprinter_edge.backend.llama import LlamaModel, LoadOptions
-from sprinter_edge.errors import GrammarError, ModelFileError, SettingsError
+from sprinter_edge.errors import GrammarError, SettingsError
 from sprinter_edge.grammar import Constraint, Matcher, apply_mask, compile, tokenizer_for
 from sprinter_edge.serving.tools import call_text, forced_prefix, parse_reply
 
@@ -39,16 +37,9 @@ def smol(fixture_target_path: Path):
 
 
 @pytest.fixture(scope="module")
-def qwen():
-    """The default pair's draft (Qwen2.5-Coder's 151k vocabulary); skipped where absent."""
-    from sprinter_edge.catalog.registry import load_registry
-    from sprinter_edge.catalog.store import ensure_model
-
-    try:
-        path = ensure_model(load_registry().pair("default").draft, download=False, progress=False)
-    except ModelFileError as exc:
-        pytest.skip(f"the default pair is not installed: {exc}")
-    model = LlamaModel(path, LoadOptions(n_ctx=128, n_threads=1))
+def qwen(default_pair_paths: tuple[Path, Path]):
+    """The default pair's draft (Qwen2.5-Coder's 151k vocabulary): its tests are `integration`."""
+    model = LlamaModel(default_pair_paths[0], LoadOptions(n_ctx=128, n_threads=1))
     yield model
     model.close()
 
@@ -394,6 +385,7 @@ def test_apply_mask(smol: LlamaModel) -> None:
 # ------------------------------------------------------------------ Qwen2.5's vocabulary
 
 
+@pytest.mark.integration
 def test_qwen_end_tokens_and_tool_call_token(qwen: LlamaModel) -> None:
     tok = tokenizer_for(qwen)
     assert tok.n_vocab == qwen.n_vocab
@@ -421,8 +413,12 @@ def test_qwen_end_tokens_and_tool_call_token(qwen: LlamaModel) -> None:
     assert not auto.accepting()  # ...that must follow
 
 
-def test_qwen_mask_time(qwen: LlamaModel, record_property) -> None:
-    """mask() per decoding step on the 151k vocabulary, over a JSON reply's states."""
+@pytest.mark.integration
+def test_qwen_mask_at_every_step_of_a_json_reply(qwen: LlamaModel) -> None:
+    """mask() at each decoding step on the 151k vocabulary, over a JSON reply's states: it
+    allows the reply's next token, and the reply ends where the schema does. What it costs per
+    token is the bench's "grammar ms/tok" (`bench --structured`, on the default pair), not a
+    bound on a shared CPU here."""
     schema = {"type": "object", "properties": {
         "name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
         "scores": {"type": "array", "items": {"type": "number"}}, "ok": {"type": "boolean"}},
@@ -430,14 +426,8 @@ def test_qwen_mask_time(qwen: LlamaModel, record_property) -> None:
     text = json.dumps({"name": "A fairly long name, with words", "tags": ["alpha", "beta", "gamma"],
                        "scores": [1.5, -2, 30.25], "ok": True}, indent=2)
     m = compile(Constraint.json_schema(schema), qwen)
-    times = []
     for t in toks(qwen, text):
-        start = time.perf_counter()
-        m.mask()
-        times.append(time.perf_counter() - start)
+        mask = m.mask()
+        assert mask.shape == (qwen.n_vocab,) and mask[t] and not mask.all()
         assert m.consume([t]) == 1
     assert m.done()
-    median_us, max_us = statistics.median(times) * 1e6, max(times) * 1e6
-    record_property("mask_median_us", round(median_us, 1))
-    record_property("mask_max_us", round(max_us, 1))
-    assert median_us < 2000  # target well under 1 ms; loose for a shared 2-core machine

@@ -48,6 +48,7 @@ def _first_flip(engine: Engine, prompt: str, ar_ids: list[int], other_ids: list[
     return i, float(top[1] - top[0])
 
 
+@pytest.mark.integration
 def test_long_greedy_lookup_follows_ar_where_the_machine_is_batch_invariant(
         default_pair_paths: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """320 tokens of a copy-heavy reply, repacking off: token-identical to ar where doctor's

@@ -3,7 +3,7 @@ the reply has (the fixture target's tokenizer; the replies are known)."""
 
 from __future__ import annotations
 
-from test_edit_memory import replay
+from support.copying import replay
 
 from sprinter_edge.bench.edits.transforms import poor_layout
 from sprinter_edge.decoding.proposers.layout import Layout

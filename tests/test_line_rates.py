@@ -3,7 +3,7 @@ target's tokenizer), and the proposal is cut where its tokens per millisecond pe
 
 from __future__ import annotations
 
-from test_lookup import flat
+from support.costs import flat
 
 from sprinter_edge.costs.pricing import best_length, best_prefix
 from sprinter_edge.costs.table import CostTable

@@ -11,7 +11,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_exactness import ALPHA, PROMPTS, _cell, _chisquare_pvalue, _exact_joint
+from support.costs import flat
+from support.exactness import ALPHA, PROMPTS, chisquare_pvalue, exact_joint, reply_cell
 
 from sprinter_edge import Engine, SamplingParams
 from sprinter_edge.costs.table import CostTable
@@ -23,12 +24,6 @@ from sprinter_edge.planning.planner import Planner
 COPY = ("Repeat this code exactly, in one python block:\n```python\ndef area(width, height):\n"
         "    \"\"\"The area of a rectangle.\"\"\"\n    return width * height\n\n\n"
         "def perimeter(width, height):\n    return 2 * (width + height)\n```")
-
-
-def flat(ms: float = 10.0) -> CostTable:
-    """A machine where a decode call costs the same whatever its size (proposals always pay)."""
-    sizes = range(1, 33)
-    return CostTable(last=dict.fromkeys(sizes, ms), full=dict.fromkeys(sizes, ms))
 
 
 def test_suffix_index_finds_the_longest_earlier_match() -> None:
@@ -151,16 +146,16 @@ def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> 
     params = SamplingParams(temperature=1.0, top_k=3, max_tokens=3)
     # the prompt's tail occurred before, so the very first round proposes a copied span
     prompt = engine.encode("one two three four, one two three four, one two", chat=False)
-    exact = _exact_joint(engine.target, prompt, params, depth=3)
+    exact = exact_joint(engine.target, prompt, params, depth=3)
     n = 300
     counts: Counter = Counter()
     proposed = 0
     for seed in range(n):
         result = engine.generate(prompt, params.replace(seed=seed), method="lookup")
-        counts[_cell(result)] += 1
+        counts[reply_cell(result)] += 1
         proposed += result.stats.counters.copied_tokens
     assert proposed >= n  # proposals were made and tested
-    assert _chisquare_pvalue(counts, exact, n) > ALPHA, counts
+    assert chisquare_pvalue(counts, exact, n) > ALPHA, counts
 
 
 def test_copy_guard_never_keeps_a_copied_token(fixture_engine: Engine) -> None:

@@ -8,7 +8,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # builds the wheel and pip-installs it
 
 
 def test_wheel_ships_models_and_runs_from_elsewhere(tmp_path: Path) -> None:

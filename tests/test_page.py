@@ -10,8 +10,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import httpx
+import pytest
 from support.server import fixture_server_args, running_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -36,9 +36,11 @@ def test_the_page_is_served_whole(page_server: str) -> None:
     assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs the system's chromium (apt-get install chromium)")
 def test_chat_in_a_browser(page_server: str, tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+    from playwright import sync_api
+
+    if CHROMIUM is None:
+        pytest.fail("the system's chromium is missing: apt-get install chromium (.ci/run installs it)")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
         try:

@@ -255,13 +255,13 @@ def test_default_context_of_a_loaded_model_follows_free_memory(simulate, fixture
 # ------------------------------------------------------------------------------ GPU layers
 
 def test_this_build_keeps_the_layers_on_the_cpu() -> None:
-    """Here (a CPU build with llama.cpp's RPC backend, no GPU): nothing changes."""
-    if native.gpu_offload_supported():
-        pytest.skip("this machine's build has a GPU")  # pragma: no cover
-    assert default_gpu_layers() == 0
-    assert LoadOptions().n_gpu_layers == 0
+    """Here (a CPU build with llama.cpp's RPC backend, no GPU): nothing changes; on a machine whose
+    build has a GPU, every layer goes there."""
+    every = -1 if native.gpu_offload_supported() else 0
+    assert default_gpu_layers() == every
+    assert LoadOptions().n_gpu_layers == every
     hw = Hardware()
-    assert (hw.options("target").n_gpu_layers, hw.options("draft").n_gpu_layers) == (0, 0)
+    assert (hw.options("target").n_gpu_layers, hw.options("draft").n_gpu_layers) == (every, every)
 
 
 @pytest.mark.parametrize("name", ["darwin-arm64", "darwin-x86_64", "linux-aarch64", "linux-x86_64",
@@ -307,9 +307,8 @@ def test_cli_flags_on_a_gpu_build(gpu_build) -> None:
         _hardware(["--cpu", "--gpu"])
 
 
-def test_cli_flags_on_a_cpu_build(caplog: pytest.LogCaptureFixture) -> None:
-    if native.gpu_offload_supported():
-        pytest.skip("this machine's build has a GPU")  # pragma: no cover
+def test_cli_flags_on_a_cpu_build(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "gpu_offload_supported", lambda: False)
     hw = _hardware([])
     assert (hw.target_gpu_layers, hw.draft_gpu_layers) == (0, 0)
     with caplog.at_level("WARNING"):

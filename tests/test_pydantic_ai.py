@@ -9,17 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent, NativeOutput
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.settings import ModelSettings
 from support.server import running_server
-
-pytest.importorskip("fastapi")
-pydantic_ai = pytest.importorskip("pydantic_ai")
-pytest.importorskip("openai")
-
-from pydantic import BaseModel, Field  # noqa: E402
-from pydantic_ai import Agent, NativeOutput  # noqa: E402
-from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
-from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
-from pydantic_ai.settings import ModelSettings  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

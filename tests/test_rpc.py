@@ -136,7 +136,6 @@ def test_a_server_killed_mid_reply_ends_it_with_one_line(rpc_server: network.Rpc
 def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: network.RpcServer,
                                                                   fixture_target_path: Path,
                                                                   tmp_path: Path) -> None:
-    pytest.importorskip("uvicorn")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("w")

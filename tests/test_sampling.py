@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
+from support.exactness import penalised_reference
 
 from sprinter_edge.decoding.sampling import Sampler, SamplingParams, distribution
 from sprinter_edge.numerics import confidence
@@ -74,22 +75,6 @@ def test_params_validation() -> None:
 # ---------------------------------------------------------------------------- penalties
 
 
-def _penalised_reference(logits: np.ndarray, context: list[int], prompt_len: int,
-                         p: SamplingParams) -> np.ndarray:
-    """The penalties spelled out: llama.cpp's repeat penalty on the distinct tokens of the
-    last repeat_last_n context tokens (prompt included), then OpenAI's presence and frequency
-    penalties on the tokens generated so far."""
-    z = logits.astype(np.float64).copy()
-    if p.repeat_penalty != 1 and p.repeat_last_n != 0:
-        window = context if p.repeat_last_n < 0 else context[-p.repeat_last_n:]
-        for t in set(window):
-            z[t] = z[t] / p.repeat_penalty if z[t] > 0 else z[t] * p.repeat_penalty
-    reply = context[prompt_len:]
-    for t in set(reply):
-        z[t] -= p.frequency_penalty * reply.count(t) + p.presence_penalty
-    return z
-
-
 @pytest.mark.parametrize("repeat_last_n", [64, 3, -1, 0])
 def test_penalties_match_their_definition_as_contexts_grow_and_shrink(repeat_last_n: int) -> None:
     """The incremental counts stay right through what a speculative strategy does: rows for
@@ -107,13 +92,13 @@ def test_penalties_match_their_definition_as_contexts_grow_and_shrink(repeat_las
         for i in range(len(drafted) + 1):
             context = committed + drafted[:i]
             row = rng.normal(size=vocab).astype(np.float32)
-            want = _penalised_reference(row, context, len(prompt), params)
+            want = penalised_reference(row, context, len(prompt), params)
             assert np.allclose(sampler.penalise(row, context), want, atol=1e-5)
         committed += drafted[:int(rng.integers(0, len(drafted) + 1))] + [int(rng.integers(0, vocab))]
     # an unrelated context, and a tuple, are counted from scratch
     for context in (prompt + [int(t) for t in rng.integers(0, vocab, 30)], tuple(prompt)):
         row = rng.normal(size=vocab).astype(np.float32)
-        want = _penalised_reference(row, list(context), len(prompt), params)
+        want = penalised_reference(row, list(context), len(prompt), params)
         assert np.allclose(sampler.penalise(row, context), want, atol=1e-5)
 
 

@@ -4,22 +4,17 @@ Talks to it with the official `openai` client and with raw httpx requests."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 import httpx
 import openai
+import pytest
 from support.server import TIMEOUT, fixture_server_args, running_server
+
 
 @pytest.fixture(scope="module")
 def server(fixture_target_path: Path, fixture_draft_path: Path, tmp_path_factory) -> Iterator[str]:
@@ -235,19 +230,51 @@ def test_logprobs_chat_and_completions(client) -> None:
     assert plain.choices[0].logprobs is None
 
 
-def test_penalties_pass_through(client) -> None:
+def test_penalties_pass_through(client, fixture_engine) -> None:
+    """Each penalty reaches the sampler: on a prompt whose greedy reply repeats itself, each one
+    changes what the target's scores become (the logprobs are after the penalties) as its
+    definition says, the repeat and frequency penalties change the reply, and every reply is the
+    in-process engine's (the same pair, method and threads) under the same SamplingParams, token
+    for token with its logprob; at zero they leave the reply as it was."""
+    from sprinter_edge import SamplingParams
+
+    def local(prompt, **params) -> tuple[list[str], list[float]]:  # noqa: ANN001
+        fixture_engine.reset_caches()  # the prompt read afresh, as the server first read it
+        r = fixture_engine.generate(prompt, SamplingParams(max_tokens=8, logprobs=0, **params),
+                                    chat=not isinstance(prompt, str))
+        pieces = [fixture_engine.target.token_bytes(t).decode() for t in r.token_ids]
+        return pieces, [e.logprob for e in r.logprobs]
+
+    def served(**body) -> tuple[list[str], list[float]]:  # noqa: ANN003
+        r = client.completions.create(model="fixture", prompt=prompt, max_tokens=8, logprobs=0, **body)
+        return r.choices[0].logprobs.tokens, r.choices[0].logprobs.token_logprobs
+
     prompt = "red, red, red, red, red, red,"
-    base = client.completions.create(model="fixture", prompt=prompt, max_tokens=8)
-    pen = client.completions.create(model="fixture", prompt=prompt, max_tokens=8,
-                                    extra_body={"repeat_penalty": 1.5, "repeat_last_n": 16})
-    assert pen.choices[0].text != base.choices[0].text
-    same = client.completions.create(model="fixture", prompt=prompt, max_tokens=8, presence_penalty=0.0,
-                                     frequency_penalty=0.0)
-    assert same.choices[0].text == base.choices[0].text
+    base = served()
+    assert base[0] == local(prompt)[0] and base[1] == pytest.approx(local(prompt)[1], abs=1e-5)
+    assert len(set(base[0])) < len(base[0])  # the plain reply repeats its tokens
+    for penalty in ({"repeat_penalty": 1.5, "repeat_last_n": 16}, {"presence_penalty": 2.0},
+                    {"frequency_penalty": 2.0}):
+        pen, mine = served(extra_body=penalty), local(prompt, **penalty)
+        assert pen[0] == mine[0] and pen[1] == pytest.approx(mine[1], abs=1e-5), (penalty, pen, mine)
+        if "repeat_penalty" in penalty:  # it counts the prompt's tokens too: the reply leaves them
+            assert pen[0][0] != base[0][0], pen
+            continue
+        # OpenAI's penalties count the reply's own tokens: its first token is scored as without
+        # them, the first token it repeats lower (the logprobs are after the penalties)
+        assert pen[1][0] == base[1][0] and pen[0][:3] == base[0][:3], pen
+        assert pen[1][2] < base[1][2] - 0.2, pen
+        if "frequency_penalty" in penalty:  # growing with each repeat: the reply stops repeating
+            assert pen[0] != base[0], pen
+    assert served(presence_penalty=0.0, frequency_penalty=0.0) == base
+    # and through the chat endpoint, both at once
+    messages = [{"role": "user", "content": "List colours."}]
     r = client.chat.completions.create(model="fixture", max_tokens=8, presence_penalty=1.5,
-                                       frequency_penalty=1.0,
-                                       messages=[{"role": "user", "content": "List colours."}])
-    assert r.choices[0].message.content
+                                       frequency_penalty=1.0, messages=messages, logprobs=True)
+    mine = local(messages, presence_penalty=1.5, frequency_penalty=1.0)
+    assert r.choices[0].message.content == "".join(mine[0])
+    assert [t.logprob for t in r.choices[0].logprobs.content] == pytest.approx(mine[1], abs=1e-5)
+    assert mine != local(messages)
 
 
 @pytest.mark.parametrize("extra, fragment", [

@@ -8,8 +8,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import openai
+import pytest
 from support.server import TIMEOUT, running_server
 
 pytestmark = pytest.mark.integration

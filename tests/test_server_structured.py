@@ -12,17 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import openai
 import pytest
+from support.server import TIMEOUT, fixture_server_args, running_server
 
-pytest.importorskip("fastapi")
-httpx = pytest.importorskip("httpx")
-openai = pytest.importorskip("openai")
-
-from support.server import TIMEOUT, fixture_server_args, running_server  # noqa: E402
-
-from sprinter_edge.decoding import SamplingParams  # noqa: E402
-from sprinter_edge.serving.handlers import plan_chat  # noqa: E402
-from sprinter_edge.serving.jobs import request_params  # noqa: E402
+from sprinter_edge.decoding import SamplingParams
+from sprinter_edge.serving.handlers import plan_chat
+from sprinter_edge.serving.jobs import request_params
 from sprinter_edge.serving.responses import ApiError  # noqa: E402
 from sprinter_edge.serving.schemas import ChatCompletionRequest, CompletionRequest  # noqa: E402
 from sprinter_edge.serving.tools import ToolCallError, parse_reply  # noqa: E402
@@ -227,7 +224,9 @@ def test_invalid_schema_is_a_bad_request(client, server: str) -> None:
     assert ok.choices[0].text is not None
 
 
-def test_prediction_counts_and_leaves_the_text_unchanged(client) -> None:
+def test_prediction_counts_and_leaves_the_text_unchanged(
+        client, fixture_engine, fixture_target_path: Path, fixture_draft_path: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     code = "def add(a, b):\n    return a + b\n"
     messages = [{"role": "user", "content": f"Repeat this code exactly:\n{code}"}]
     for method in ("sd", "lookup"):
@@ -247,8 +246,53 @@ def test_prediction_counts_and_leaves_the_text_unchanged(client) -> None:
             extra = r.model_extra["decoding"]
             assert (extra["accepted_prediction_tokens"], extra["rejected_prediction_tokens"]) == (
                 accepted, rejected)
+        # a prediction of exactly what the model writes greedily: every one of its tokens is
+        # found in the reply, which is the plain reply
+        written = plain.choices[0].message.content
+        r = client.chat.completions.create(model="fixture", messages=messages, max_tokens=32,
+                                           prediction={"type": "content", "content": written},
+                                           extra_body={"method": method})
+        assert r.choices[0].message.content == written
+        details = r.usage.completion_tokens_details
+        assert (details.accepted_prediction_tokens, details.rejected_prediction_tokens) == (
+            r.usage.completion_tokens, 0)
+    _a_perfect_prediction_is_copied(fixture_engine, fixture_target_path, fixture_draft_path, tmp_path,
+                                    monkeypatch)
     stream = client.chat.completions.create(model="fixture", messages=messages, max_tokens=32,
                                             prediction={"type": "content", "content": code},
                                             stream=True, stream_options={"include_usage": True})
     usage = [ev.usage for ev in stream if ev.usage is not None][-1]
     assert usage.completion_tokens_details.accepted_prediction_tokens == accepted
+
+
+def _a_perfect_prediction_is_copied(fixture_engine, target: Path, draft: Path, tmp_path: Path,  # noqa: ANN001
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over HTTP, `lookup` with a prediction of exactly what the model writes greedily to a
+    prompt with nothing to copy: the reply is the plain one, every copied token is accepted, and
+    the target writes only the first tokens (until the reply has a suffix to look up) and one
+    token per call after an accepted copy. On a server of its own whose cost table makes every
+    copy pay (a call costs the same whatever its size): whether a copy is worth a call on this
+    machine is its timing, not what this checks."""
+    from support.costs import flat
+
+    from sprinter_edge.costs.table import store_costs
+    from sprinter_edge.decoding.proposers.prompt_lookup import MIN_MATCH
+
+    monkeypatch.setenv("SPRINTER_EDGE_CACHE", str(tmp_path / "cache"))  # the server's too
+    store_costs(fixture_engine.target, flat())  # loaded as `serve` loads it: the same cost key
+    messages = [{"role": "user", "content": "Write a short poem about the sea."}]
+    with running_server(fixture_server_args(target, draft, 32), tmp_path / "serve.log") as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+        written = client.chat.completions.create(model="fixture", messages=messages, max_tokens=32,
+                                                 extra_body={"method": "lookup"}).choices[0].message.content
+        r = client.chat.completions.create(model="fixture", messages=messages, max_tokens=32,
+                                           prediction={"type": "content", "content": written},
+                                           extra_body={"method": "lookup"})
+    assert r.choices[0].message.content == written
+    n, extra = r.usage.completion_tokens, r.model_extra["decoding"]
+    eog = 1 if r.choices[0].finish_reason == "stop" else 0  # the end token: generated, not text
+    assert (extra["accepted_prediction_tokens"], extra["rejected_prediction_tokens"]) == (n, 0)
+    assert extra["copied_tokens"] == extra["copied_accepted"] == extra["accepted"], extra
+    assert extra["resampled"] == 0 and extra["target_sampled"] <= MIN_MATCH, extra
+    assert extra["accepted"] + extra["bonus"] + extra["target_sampled"] == n + eog, extra
+    assert extra["bonus"] <= extra["drafts"], extra  # one a tested copy, where all of it passed

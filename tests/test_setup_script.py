@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -92,11 +91,11 @@ def sandbox(tmp_path: Path):
     return repo, bin_dir, log, env
 
 
-def run_setup(repo: Path, env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    proc = subprocess.run([BASH, str(repo / "tools" / "setup.sh"), *args], env=env, cwd=repo,
+def run_setup(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """setup.sh ARGS (60 s: a bound on a hang; that it stops before any work is what the fake
+    interpreters' log shows, `assert_nothing_made`)."""
+    return subprocess.run([BASH, str(repo / "tools" / "setup.sh"), *args], env=env, cwd=repo,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    return proc, time.monotonic() - t0
 
 
 def lines(proc: subprocess.CompletedProcess) -> list[str]:
@@ -112,10 +111,9 @@ def assert_nothing_made(repo: Path, log: Path, env: dict[str, str]) -> None:
 def test_a_python3_of_3_9_stops_setup_in_seconds_with_one_line(sandbox) -> None:
     repo, bin_dir, log, env = sandbox
     fake_python(bin_dir, "python3", (3, 9), log)
-    proc, seconds = run_setup(repo, env, "--dev")
+    proc = run_setup(repo, env, "--dev")
     out = lines(proc)
     assert proc.returncode == 1, out
-    assert seconds < 5
     assert len(out) == 1, out
     assert "needs Python 3.10 or newer" in out[0] and "python3: Python 3.9" in out[0]
     assert "python3.11" in out[0] or "python@3.12" in out[0] or "python.org" in out[0]  # how to get one
@@ -124,10 +122,10 @@ def test_a_python3_of_3_9_stops_setup_in_seconds_with_one_line(sandbox) -> None:
 
 def test_no_python3_at_all_is_the_same_one_line(sandbox) -> None:
     repo, _, log, env = sandbox
-    proc, seconds = run_setup(repo, env)
+    proc = run_setup(repo, env)
     out = lines(proc)
     assert (proc.returncode, len(out)) == (1, 1), out
-    assert "python3: not found" in out[0] and seconds < 5
+    assert "python3: not found" in out[0]
     assert_nothing_made(repo, log, env)
 
 
@@ -135,7 +133,7 @@ def test_an_old_PYTHON_is_refused_not_passed_over(sandbox) -> None:
     repo, bin_dir, log, env = sandbox
     old = fake_python(bin_dir, "python3.9", (3, 9), log)
     fake_python(bin_dir, "python3.12", None, log)  # would qualify, but PYTHON says otherwise
-    proc, _ = run_setup(repo, {**env, "PYTHON": str(old)})
+    proc = run_setup(repo, {**env, "PYTHON": str(old)})
     out = lines(proc)
     assert (proc.returncode, len(out)) == (1, 1), out
     assert out[0].startswith(f"setup: PYTHON={old} is Python 3.9;")
@@ -147,10 +145,10 @@ def test_a_venv_made_with_an_old_python_is_not_reused(sandbox) -> None:
     fake_python(bin_dir, "python3", None, log)
     (repo / ".venv" / "bin").mkdir(parents=True)
     fake_python(repo / ".venv" / "bin", "python", (3, 9), log)
-    proc, seconds = run_setup(repo, env)
+    proc = run_setup(repo, env)
     out = lines(proc)
     assert (proc.returncode, len(out)) == (1, 1), out
-    assert ".venv holds Python 3.9" in out[0] and "rm -rf .venv" in out[0] and seconds < 5
+    assert ".venv holds Python 3.9" in out[0] and "rm -rf .venv" in out[0]
     assert log.read_text() == "" and not Path(env["SPRINTER_EDGE_WHEELS"]).exists()
 
 
@@ -160,7 +158,7 @@ def test_check_picks_the_newest_python_and_adds_the_users_cmake_args(sandbox) ->
     fake_python(bin_dir, "python3.10", None, log)
     fake_python(bin_dir, "python3.12", None, log)
     user = "-DGGML_METAL=on -DGGML_RPC=ON -DGGML_NATIVE=ON"
-    proc, _ = run_setup(repo, {**env, "CMAKE_ARGS": user}, "--check")
+    proc = run_setup(repo, {**env, "CMAKE_ARGS": user}, "--check")
     out = "\n".join(lines(proc))
     assert proc.returncode == 0, out
     this = f"Python {sys.version_info[0]}.{sys.version_info[1]}"
@@ -183,7 +181,7 @@ def test_check_picks_the_newest_python_and_adds_the_users_cmake_args(sandbox) ->
 def test_check_without_cmake_says_pypis_goes_into_the_venv(sandbox) -> None:
     repo, bin_dir, log, env = sandbox
     fake_python(bin_dir, "python3", None, log)
-    proc, _ = run_setup(repo, env, "--check")
+    proc = run_setup(repo, env, "--check")
     out = "\n".join(lines(proc))
     assert proc.returncode == 0, out
     assert "cmake none 3.21 or newer on PATH: setup installs PyPI's cmake into .venv" in out

@@ -123,15 +123,35 @@ def test_shipped_file_loads_and_scores(trained, fixture_engine) -> None:
     assert 0.0 <= ver.score(f) <= 1.0
 
 
-def test_sprinter_generates_with_the_onnx_verifier(trained, fixture_engine) -> None:
+def test_sprinter_generates_with_the_onnx_verifier(trained, fixture_engine, monkeypatch) -> None:
+    """SPRINTER consults the ONNX verifier on every drafted token it judges: its scores, counted
+    where the engine calls it, are the reply's kept tokens (at or above the threshold) and its
+    flags (below)."""
     path, _, _ = trained
     fixture_engine.set_verifier(str(path))
     try:
+        ver = fixture_engine.verification.verifier
+        assert isinstance(ver, OnnxVerifier)
+        # a model of the max probability alone decides outside a band around its cut without
+        # running (the same decisions): off here, so every judged token is one ONNX score
+        monkeypatch.setattr(ver, "max_prob_band", lambda threshold: None)
+        scores: list[float] = []
+        score = ver.score
+
+        def counted(features: DraftFeatures) -> float:
+            scores.append(float(score(features)))
+            return scores[-1]
+
+        monkeypatch.setattr(ver, "score", counted)
         result = fixture_engine.generate("Write a haiku about rain.", SamplingParams(max_tokens=12),
                                          method="sprinter")
     finally:
         fixture_engine.set_verifier("confidence")
-    assert len(result.token_ids) > 0
+    s, c = result.stats, result.stats.counters
+    assert len(result.token_ids) > 0 and s.point.verifier == ver.name
+    assert len(scores) > 0 and s.timings.verifier_seconds > 0
+    assert sum(x >= s.point.threshold for x in scores) == c.kept, (scores, s.point.threshold, c)
+    assert sum(x < s.point.threshold for x in scores) == c.flags, (scores, s.point.threshold, c)
 
 
 def test_verifier_for_another_pair_is_refused(trained, fixture_engine) -> None:
@@ -325,7 +345,7 @@ def test_shipped_verifier_table_loads_without_drift_columns(capsys: pytest.Captu
 
     path = load_registry().pair("default").verifier_path()
     if path is None or not Path(path).exists():
-        pytest.skip("no shipped verifier for the default pair")
+        pytest.fail("no shipped verifier for the default pair (models/verifiers/, in the repository)")
     ver = OnnxVerifier(path)
     assert ver.calibration and ver.label_rule == "greedy"
     filled = with_greedy_drift(ver.calibration)
@@ -342,7 +362,7 @@ def test_shipped_verifier_knows_its_highest_score() -> None:
 
     path = load_registry().pair("default").verifier_path()
     if path is None or not Path(path).exists():
-        pytest.skip("no shipped verifier for the default pair")
+        pytest.fail("no shipped verifier for the default pair (models/verifiers/, in the repository)")
     ver = OnnxVerifier(path)
     top = ver.highest_score()
     assert top is not None and 0.97 < top < 0.98
@@ -358,7 +378,7 @@ def test_a_monotone_verifier_decides_by_max_prob_outside_its_band() -> None:
 
     path = load_registry().pair("default").verifier_path()
     if path is None or not Path(path).exists():
-        pytest.skip("no shipped verifier for the default pair")
+        pytest.fail("no shipped verifier for the default pair (models/verifiers/, in the repository)")
     ver = OnnxVerifier(path)
     rng = np.random.default_rng(0)
     for threshold in (0.9, 0.9766, ver.default_threshold):
@@ -378,10 +398,10 @@ def test_a_verifier_that_reads_the_hidden_state_has_no_max_prob_band() -> None:
 
     path = load_registry().pair("default").verifier_path()
     if path is None or not Path(path).exists():
-        pytest.skip("no shipped verifier for the default pair")
+        pytest.fail("no shipped verifier for the default pair (models/verifiers/, in the repository)")
     hidden = Path(path).with_name(Path(path).stem + "-hidden.onnx")
     if not hidden.exists():
-        pytest.skip(f"no hidden-state variant of the shipped verifier ({hidden.name})")
+        pytest.fail(f"no hidden-state variant of the shipped verifier ({hidden.name})")
     assert OnnxVerifier(hidden).max_prob_band(0.9) is None  # it reads the hidden state too
 
 

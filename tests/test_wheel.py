@@ -16,7 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+# slow: a wheel, a fresh venv and an install from the package index; its steps' own timeouts
+# add up to more than the suite's per-test 900 s, so they, not the suite's, say which step hung
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 def _llama_wheel() -> str:
