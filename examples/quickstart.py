@@ -22,7 +22,7 @@ def main() -> None:
     hardware = Hardware(n_ctx=2048)  # threads, context size, GPU layers for draft and target
     if args.target:
         # without a trained verifier for a custom pair, sprinter uses the confidence rule
-        engine = Engine.from_files(args.draft, args.target, method="sprinter", hardware=hardware,
+        engine = Engine.from_files(args.target, draft=args.draft, method="sprinter", hardware=hardware,
                                    verifier="confidence")
     else:
         engine = Engine.from_pair("default", method="sprinter", hardware=hardware)

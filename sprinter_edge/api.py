@@ -125,7 +125,9 @@ class Engine:
         return cls(target, draft, pair=pair, **kwargs)
 
     @classmethod
-    def from_files(cls, draft: str | Path | None, target: str | Path, **kwargs: Any) -> Engine:
+    def from_files(cls, target: str | Path, *, draft: str | Path | None = None, **kwargs: Any) -> Engine:
+        """An engine over the GGUF files `target` and `draft` (None: a one-model engine), as
+        `Engine(target, draft)`."""
         return cls(target, draft, **kwargs)
 
     def check_method(self, method: str) -> Strategy:

@@ -141,9 +141,10 @@ def test_the_agents_bench_checks_what_aider_wrote() -> None:
     walls = (("serve:auto", 80.0), ("llama-server", 120.0), ("llama-server-ngram-mod", 100.0))
     turns = [agents.Turn(task.id, task.edit, row, "whole", n, wall, True)
              for row, wall in walls for n in (1, 2)]
-    rows = {r["row"]: r for r in agents.summary(turns)}
-    assert rows["serve:auto"]["wall_vs_best_llama_server"] == pytest.approx(0.8)
-    assert rows["llama-server-ngram-mod"]["turn1_done"] == 1
+    rows = {r.row: r for r in agents.summary(turns)}
+    assert rows["serve:auto"].wall_vs_best_llama_server == pytest.approx(0.8)
+    assert rows["llama-server-ngram-mod"].turn1_done == 1
+    assert "exit_vs_best_llama_server" not in rows["serve:auto"].to_dict()  # no exit times recorded
 
 
 LONG = ("Write a Python class BankAccount with deposit, withdraw, balance and a transaction history, "

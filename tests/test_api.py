@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def engine(fixture_target_path: Path, fixture_draft_path: Path):
     """The fixture pair on one thread each (the shared test machine is busy)."""
-    with Engine.from_files(fixture_draft_path, fixture_target_path, method="sd", verifier="confidence",
+    with Engine.from_files(fixture_target_path, draft=fixture_draft_path, method="sd", verifier="confidence",
                            hardware=Hardware(n_ctx=1024, n_threads=1)) as eng:
         yield eng.load()
 

@@ -20,7 +20,7 @@ from sprinter_edge.planning.planner import Planner
 PACKAGE = Path(__file__).resolve().parent.parent / "sprinter_edge"
 # a layer may import the layers below it, never those above (a name: the first dotted part)
 LAYERS = [
-    {"errors", "numerics", "resources"},
+    {"errors", "numerics", "resources", "processes"},
     {"backend", "verifiers", "costs", "grammar"},
     {"decoding", "catalog", "prompting", "model_pair"},
     {"planning"},

@@ -10,8 +10,9 @@ from support.copying import edit_context, replay
 from sprinter_edge.costs import Evidence
 from sprinter_edge.decoding.lookup import COPIES
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
+from sprinter_edge.decoding.proposers.copy_state import Departure, State
 from sprinter_edge.decoding.proposers.edit_memory import CODE, COMMENT, EditMemory, _scan
-from sprinter_edge.decoding.proposers.prompt_lookup import CopyPolicy, Departure, PromptLookup
+from sprinter_edge.decoding.proposers.prompt_lookup import CopyPolicy, PromptLookup
 
 OLD, NEW = 7, 99
 
@@ -30,7 +31,7 @@ def test_a_rename_is_learned_at_its_first_occurrence() -> None:
     source = source_with_uses(12)
     prompt = [1, 2, 3, 4] + source + [5, 6]
     reply = [NEW if t == OLD else t for t in source]
-    plain = replay(PromptLookup(policy=CopyPolicy(learn_edits=False)), prompt, reply)
+    plain = replay(PromptLookup(copy_policy=CopyPolicy(learn_edits=False)), prompt, reply)
     learned = replay(PromptLookup(), prompt, reply)
     assert learned[1] / learned[0] >= 0.95, learned  # nearly every proposed token accepted
     assert learned[2] < plain[2] / 2, (learned, plain)  # and far fewer target calls
@@ -40,19 +41,21 @@ def test_a_rename_is_learned_at_its_first_occurrence() -> None:
 def test_a_substitution_the_target_refuses_stops_being_applied() -> None:
     memory = EditMemory()
     memory.learn(30, [OLD], [NEW])
-    tokens, _, by = memory.apply([30, OLD, 31, OLD], 1, 4)
-    assert tokens == [NEW, 31, NEW] and by[0] >= 0 and by[1] == -1
+    copy = memory.apply([30, OLD, 31, OLD], 1, 4)
+    by = [t.by for t in copy]
+    assert [t.token for t in copy] == [NEW, 31, NEW] and by[0] is not None and by[1] is None
+    assert memory.substitution(by[0]).value[-1] == NEW and not by[0].prose
     memory.score(by, 0)  # refused where it was applied first
-    memory.score(memory.apply([32, OLD], 1, 2)[2], 0)
-    assert memory.apply([33, OLD], 1, 2)[0] == [OLD]  # refused more often than accepted: off
+    memory.score([t.by for t in memory.apply([32, OLD], 1, 2)], 0)
+    assert [t.token for t in memory.apply([33, OLD], 1, 2)] == [OLD]  # refused more often than accepted: off
 
 
 def test_an_insertion_after_its_context_token() -> None:
     memory = EditMemory()
     memory.learn(40, [], [41, 42])  # a hint inserted after token 40
-    tokens, after, _ = memory.apply([40, 50, 40, 51], 1, 4)
-    assert tokens == [41, 42, 50, 40, 41, 42, 51]
-    assert after == [1, 1, 2, 3, 3, 3, 4]  # source positions: the insertion consumes none
+    copy = memory.apply([40, 50, 40, 51], 1, 4)
+    assert [t.token for t in copy] == [41, 42, 50, 40, 41, 42, 51]
+    assert [t.after for t in copy] == [1, 1, 2, 3, 3, 3, 4]  # source positions: the insertion consumes none
 
 
 def test_a_proposal_cut_inside_an_edit_goes_on_inside_it() -> None:
@@ -64,7 +67,7 @@ def test_a_proposal_cut_inside_an_edit_goes_on_inside_it() -> None:
     reply = [10, 11, 12]
     after = {}
     for resume in (True, False):
-        proposer = PromptLookup(policy=CopyPolicy(resume_edits=resume))
+        proposer = PromptLookup(copy_policy=CopyPolicy(resume_edits=resume))
         ctx = edit_context(8)
         proposer.begin(ctx, prompt)
         proposer.memory.learn(40, [], [41, 42, 43, 44])  # a hint of four tokens after 40
@@ -111,12 +114,14 @@ def test_only_a_copy_of_the_source_teaches_an_edit() -> None:
     reply = [10, A, 11, B, 12, C, 13, 10, P, 11]
     learned = {}
     for reply_edits in (False, True):
-        proposer = PromptLookup(policy=CopyPolicy(reply_edits=reply_edits))
+        proposer = PromptLookup(copy_policy=CopyPolicy(reply_edits=reply_edits))
         ctx = edit_context(100)
         proposer.begin(ctx, prompt)
         seq = prompt + reply + [Q, 12]
         proposer.index.extend(seq)
         at, wrote = len(prompt), len(seq) - 2  # the reply's first function, copied for the second:
+        # splice's copy offered after written tokens the target kept (`Move.LEARN_DEPARTURE`)
+        proposer.cursor.state = State.OFFERED
         proposer.cursor.departure = Departure(at + 3, wrote)  # B there, Q here
         proposer.learn_departure(seq, at + 4, wrote + 1)
         learned[reply_edits] = {sub.key: sub.value for sub in proposer.memory.subs.values()}
@@ -179,8 +184,8 @@ def test_a_rename_is_respelled_in_every_tokenization(fixture_engine) -> None:  #
     memory.learn(None, replaced, written)
     assert memory.respell(text, replaced, written) >= 1  # other spellings were found
     assert memory.respell(text, replaced, written) == 0  # each rename once
-    copied, _, _ = memory.apply(text, 0, len(text))
-    assert model.detokenize(copied) == RESPELL_SOURCE.replace("mode", "factor")
+    copy = memory.apply(text, 0, len(text))
+    assert model.detokenize([t.token for t in copy]) == RESPELL_SOURCE.replace("mode", "factor")
     # not a rename of one word: nothing respelled
     assert EditMemory(model).respell(text, tok(" mode"), tok(" mode + 1")) == 0
     assert EditMemory(None).respell(text, replaced, written) == 0
@@ -215,8 +220,8 @@ def test_a_rename_that_writes_on_after_the_word_is_respelled(fixture_engine) -> 
     memory.learn(word, [], renamed[1:])
     assert memory.respell(text, [], renamed[1:]) == 0  # an insertion alone names no word
     assert memory.respell(text, [], renamed[1:], context=word) >= 1
-    copied, _, _ = memory.apply(text, 0, len(text))
-    assert model.detokenize(copied) == RESPELL_SOURCE.replace("mode", "mode_value")
+    copy = memory.apply(text, 0, len(text))
+    assert model.detokenize([t.token for t in copy]) == RESPELL_SOURCE.replace("mode", "mode_value")
 
 
 def test_a_renamed_word_is_not_renamed_inside_a_longer_word(fixture_engine) -> None:  # type: ignore[no-untyped-def]
@@ -231,12 +236,12 @@ def test_a_renamed_word_is_not_renamed_inside_a_longer_word(fixture_engine) -> N
     memory = EditMemory(model)
     memory.learn(None, [p], [text])
     source = [*tok("("), p, *tok(")"), *tok("se"), p, *tok("("), p, *tok("ath")]
-    copied, _, _ = memory.apply(source, 0, len(source))
-    assert model.detokenize(copied) == "(text)sep(path"
+    copy = memory.apply(source, 0, len(source))
+    assert model.detokenize([t.token for t in copy]) == "(text)sep(path"
     # without the model's tokenizer it cannot tell: every `p` is renamed
     bare = EditMemory()
     bare.learn(None, [p], [text])
-    assert model.detokenize(bare.apply(source, 0, len(source))[0]) == "(text)setext(textath"
+    assert model.detokenize([t.token for t in bare.apply(source, 0, len(source))]) == "(text)setext(textath"
 
 
 def test_the_scanner_tells_code_from_comments_and_strings() -> None:
@@ -266,19 +271,20 @@ def test_a_rename_made_in_code_waits_for_the_reply_in_prose(fixture_engine) -> N
     replaced, written = tok(" path"), tok(" text")
     memory.learn(None, replaced, written)
     memory.respell(text, replaced, written)
-    copied, _, by = memory.apply(text, 0, len(text))
-    assert model.detokenize(copied) == ('def base(text):\n    """Return the last part of path."""\n'
-                                        "    # path may end in a slash\n    return split(text)[1]\n")
-    assert all(n < 0 or n % 2 == 0 for n in by)  # every substitution made was made in code
+    copy = memory.apply(text, 0, len(text))
+    assert model.detokenize([t.token for t in copy]) == (
+        'def base(text):\n    """Return the last part of path."""\n'
+        "    # path may end in a slash\n    return split(text)[1]\n")
+    assert not any(t.by.prose for t in copy if t.by is not None)  # every substitution made was made in code
     at = next(i for i in range(len(text)) if text[i:i + len(replaced)] == replaced
               and memory.in_prose(text, i))
     memory.learn(None, replaced, written, prose=True)  # the reply renamed it in prose
-    copied, _, by = memory.apply(text, 0, len(text))
-    assert model.detokenize(copied).count("path") < PROSE_SOURCE.count("path") - 2
-    assert any(n >= 0 and n % 2 for n in by)
+    copy = memory.apply(text, 0, len(text))
+    assert model.detokenize([t.token for t in copy]).count("path") < PROSE_SOURCE.count("path") - 2
+    assert any(t.by.prose for t in copy if t.by is not None)
     assert memory.in_prose(text, at) and not memory.in_prose(text, 0)
     # refused in prose: off there, still on in code
     for _ in range(2):
-        memory.score(memory.apply(text, at, at + len(replaced))[2], 0)
-    again = model.detokenize(memory.apply(text, 0, len(text))[0])
+        memory.score([t.by for t in memory.apply(text, at, at + len(replaced))], 0)
+    again = model.detokenize([t.token for t in memory.apply(text, 0, len(text))])
     assert "base(text)" in again and "of path" in again

@@ -429,7 +429,7 @@ def test_unknown_method_and_bad_threshold(fixture_engine: Engine) -> None:
     with pytest.raises(SprinterError, match="threshold"):
         OperatingPoint(threshold=1.5)
     with pytest.raises(SprinterError, match="run_cap"):
-        Engine.from_files(None, fixture_engine.target_path, method="ar", run_cap=0)
+        Engine.from_files(fixture_engine.target_path, method="ar", run_cap=0)
 
 
 def test_streaming_can_be_cancelled(fixture_engine: Engine) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from support.copying import replay
 
 from sprinter_edge.bench.edits.transforms import poor_layout
-from sprinter_edge.decoding.proposers.layout import Layout
+from sprinter_edge.decoding.proposers.edit_memory import Applied, EditedToken
+from sprinter_edge.decoding.proposers.layout import Layout, Position
 from sprinter_edge.decoding.proposers.prompt_lookup import CopiedToken, CopyPolicy, PromptLookup, SuffixIndex
 
 CODE = '''def area(width, height, scale=1):
@@ -40,16 +41,16 @@ def laid_out(layout: Layout, model, tok, committed: str, text: str) -> str:  # t
     before, tokens = tok(committed), tok(text)
     source = before + tokens
     start = len(before)
-    done = layout.apply(before, source, (start, 0), tokens, list(range(start + 1, len(source) + 1)),
-                        [-1] * len(tokens))
-    return text if done is None else model.detokenize(done.tokens)
+    copy = [EditedToken(t, start + 1 + i) for i, t in enumerate(tokens)]
+    done = layout.apply(before, source, Position(start), copy)
+    return text if done is None else model.detokenize([t.token for t in done.tokens])
 
 
 def learn(layout: Layout, tok, source: str, reply: str, before: str = "x = ") -> int:  # type: ignore[no-untyped-def]
     """The reply wrote `reply` where the source has `source`, both after `before`."""
     context, old, new = tok(before), tok(source), tok(reply)
     text = context + old
-    return layout.learn(text, (len(context), 0), (len(text), 0), context, new)
+    return layout.learn(text, Position(len(context)), Position(len(text)), context, new)
 
 
 def test_where_the_reply_stands_in_its_source_read_without_blanks(fixture_engine) -> None:  # type: ignore[no-untyped-def]
@@ -57,12 +58,13 @@ def test_where_the_reply_stands_in_its_source_read_without_blanks(fixture_engine
     layout = Layout(model)
     source = tok("f(a,b)+g(c)")
     reply = tok("f(a, b")
-    at = layout.project(source + reply, (0, 0), reply)
+    at = layout.project(source + reply, Position(0), reply)
     assert at is not None
-    i, skip = at  # the source's bytes up to there are the reply's without its blanks
-    written = b"".join(model.token_bytes(t) for t in source[:i]) + model.token_bytes(source[i])[:skip]
+    # the source's bytes up to there are the reply's without its blanks
+    written = b"".join(model.token_bytes(t) for t in source[:at.at])
+    written += model.token_bytes(source[at.at])[:at.skip]
     assert written == b"f(a,b"
-    assert layout.project(source + tok("f(x"), (0, 0), tok("f(x")) is None  # an edit, not a layout
+    assert layout.project(source + tok("f(x"), Position(0), tok("f(x")) is None  # an edit, not a layout
 
 
 def test_a_space_after_a_comma_is_learned_and_applied(fixture_engine) -> None:  # type: ignore[no-untyped-def]
@@ -96,12 +98,13 @@ def test_a_refused_rule_is_dropped(fixture_engine) -> None:  # type: ignore[no-u
     learn(layout, tok, "g(a,b)", "g(a, b)")
     before, tokens = tok("x = "), tok("f(x,y)")
     source = before + tokens
-    done = layout.apply(before, source, (len(before), 0), tokens,
-                        list(range(len(before) + 1, len(source) + 1)), [-1] * len(tokens))
+    copy = [EditedToken(t, len(before) + 1 + i) for i, t in enumerate(tokens)]
+    done = layout.apply(before, source, Position(len(before)), copy)
     assert done is not None
-    first = next(i for i, r in enumerate(done.rules) if r >= 0)
-    layout.score(done.rules, first)  # the target refused the token the rule laid out
-    layout.score(done.rules, first)
+    rules = [t.rule for t in done.tokens]
+    first = next(i for i, r in enumerate(rules) if r is not None)
+    layout.score(rules, first)  # the target refused the token the rule laid out
+    layout.score(rules, first)
     assert laid_out(layout, model, tok, "x = ", "f(x,y)") == "f(x,y)"
 
 
@@ -114,7 +117,7 @@ def test_a_reformat_is_copied_laid_out(fixture_engine) -> None:  # type: ignore[
     assert source != CODE
     prompt = tok("Reformat this file to PEP 8:\n") + tok(source)
     reply = tok(CODE)
-    plain = replay(PromptLookup(policy=CopyPolicy(layout=False)), prompt, reply, model=model)
+    plain = replay(PromptLookup(copy_policy=CopyPolicy(layout=False)), prompt, reply, model=model)
     laid = replay(PromptLookup(), prompt, reply, model=model)
     assert laid[2] < plain[2], (laid, plain)
 
@@ -128,8 +131,8 @@ def test_a_way_home_the_layout_cannot_copy_keeps_the_proposal_as_it_was() -> Non
     lookup.index = SuffixIndex(prompt=prompt)
     lookup.cursor.home = 2
     # copied from the reply; 11, 12 meet the source at position 2
-    copied = [CopiedToken(12, (30, 0)), CopiedToken(13, (31, 0), by=5), CopiedToken(40, (32, 0), laid=2),
-              CopiedToken(41, (33, 0))]
+    copied = [CopiedToken(12, Position(30)), CopiedToken(13, Position(31), by=Applied((5,), False)),
+              CopiedToken(40, Position(32), laid=2), CopiedToken(41, Position(33))]
 
     def laid_out_to_nothing(seq, start, stop, skip=0, drop=0):  # type: ignore[no-untyped-def]
         return [], []  # (an alignment: not None)
@@ -142,16 +145,16 @@ def test_a_copy_laid_out_up_to_a_gap_keeps_one_position_and_edit_per_token() -> 
     """Where the layout lays a copy out only up to a kind of gap the reply has not shown, the
     copy ends there, and so do the source positions, edits and rules kept for its tokens: the
     token after the copy is read as no substitution's (it was indexed past the copy's end)."""
-    from sprinter_edge.decoding.proposers.layout import Laid
+    from sprinter_edge.decoding.proposers.layout import Laid, LaidToken
 
     prompt = [10, 11, 12, 13, 14, 15, 16, 17]
 
     class ToAGap:  # lays the copy out as it is, but knows nothing past its second token
         active = True
 
-        def apply(self, committed, source, start, tokens, after, by):  # type: ignore[no-untyped-def]
-            return Laid(list(tokens), [(a, 0) for a in after], [3] * len(tokens), [-1] * len(tokens),
-                        [[] for _ in tokens], unknown=2)
+        def apply(self, committed, source, start, copy):  # type: ignore[no-untyped-def]
+            by = Applied((3,), False)
+            return Laid([LaidToken(t.token, Position(t.after), by, None, []) for t in copy], unknown=2)
 
     lookup = PromptLookup()
     lookup.index = SuffixIndex()

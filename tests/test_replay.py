@@ -45,13 +45,18 @@ def test_replay_commits_the_recorded_reply_and_counts_the_copies(replay) -> None
 
 
 def test_every_variant_is_parameters_and_shipped_is_the_loops_proposer(replay) -> None:  # type: ignore[no-untyped-def]
-    from sprinter_edge.decoding.proposers.prompt_lookup import PromptLookup
+    from sprinter_edge.decoding.lookup import Lookup
+    from sprinter_edge.decoding.splice import Splice
+    from sprinter_edge.decoding.staged import Staged
 
     shipped = replay.proposer_of("shipped", Evidence())
-    assert shipped.policy == PromptLookup().policy
+    # the methods own the policy the replay calls shipped
+    assert shipped.copy_policy == PromptLookup().copy_policy == Lookup.copy_policy == Staged.copy_policy
+    assert Splice.copy_policy == shipped.copy_policy
     assert shipped.evidence.rates == CopyEvidence().rates and shipped.evidence.anchor_slot == ANCHOR
-    variants = [(policy, priors) for name, (policy, priors) in replay.VARIANTS.items() if name != "shipped"]
-    assert (PromptLookup().policy, {}) not in variants  # none is the shipped policy under another name
+    variants = [(copy_policy, priors) for name, (copy_policy, priors) in replay.VARIANTS.items()
+                if name != "shipped"]
+    assert (shipped.copy_policy, {}) not in variants  # none is the shipped policy under another name
     for name in replay.VARIANTS:
         evidence = Evidence()
         proposer = replay.proposer_of(name, evidence)

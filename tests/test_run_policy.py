@@ -16,22 +16,22 @@ from sprinter_edge.training.collect import simulated_run_position
 
 
 def test_verdicts_cap_first_then_unscored_then_the_threshold() -> None:
-    policy = RunPolicy(threshold=0.5, run_cap=3)
-    assert policy.verdict(1, 0.9) is Verdict.KEPT
-    assert policy.verdict(1, 0.1) is Verdict.FLAGGED
-    assert policy.verdict(2, None) is Verdict.UNSCORED
-    assert policy.verdict(3, 0.9) is Verdict.CAPPED  # the third token of a cap-3 run is verified
+    run_policy = RunPolicy(threshold=0.5, run_cap=3)
+    assert run_policy.verdict(1, 0.9) is Verdict.KEPT
+    assert run_policy.verdict(1, 0.1) is Verdict.FLAGGED
+    assert run_policy.verdict(2, None) is Verdict.UNSCORED
+    assert run_policy.verdict(3, 0.9) is Verdict.CAPPED  # the third token of a cap-3 run is verified
     calls: list[int] = []
-    assert policy.verdict(3, lambda: calls.append(1) or 0.9) is Verdict.CAPPED
+    assert run_policy.verdict(3, lambda: calls.append(1) or 0.9) is Verdict.CAPPED
     assert calls == []  # a capped token is never scored (the verifier's time is spent only where read)
     assert RunPolicy(0.5, None).verdict(10_000, 0.9) is Verdict.KEPT
 
 
 def test_walk_resets_the_run_after_every_target_call_and_at_trajectory_starts() -> None:
-    policy = RunPolicy(threshold=0.5, run_cap=3)
+    run_policy = RunPolicy(threshold=0.5, run_cap=3)
     scores = [0.9, 0.9, 0.9, 0.9, 0.1, 0.9, None, 0.9, 0.9]
     starts = [True, False, False, False, False, False, False, True, False]
-    got = list(policy.walk(scores, starts))
+    got = list(run_policy.walk(scores, starts))
     assert [v for v, _ in got] == [Verdict.KEPT, Verdict.KEPT, Verdict.CAPPED, Verdict.KEPT, Verdict.FLAGGED,
                                    Verdict.KEPT, Verdict.UNSCORED, Verdict.KEPT, Verdict.KEPT]
     assert [r for _, r in got] == [0, 1, 2, 0, 1, 0, 1, 0, 1]

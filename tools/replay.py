@@ -69,7 +69,7 @@ from sprinter_edge.decoding.lookup import COPIES
 from sprinter_edge.decoding.loop import run_loop
 from sprinter_edge.decoding.proposers.base import Proposal, Proposer
 from sprinter_edge.decoding.proposers.copy_evidence import CopyEvidence
-from sprinter_edge.decoding.proposers.edit_memory import Tokenizer
+from sprinter_edge.decoding.proposers.edit_memory import Applied, Tokenizer
 from sprinter_edge.decoding.proposers.prompt_lookup import (
     MIN_MATCH,
     SHIPPED,
@@ -252,7 +252,7 @@ class Round:
     pos: int  # reply tokens committed before it
     proposal: Proposal
     accepted: int
-    by: list[int] = field(default_factory=list)  # the edit memory's substitution per token (-1: none)
+    by: list[Applied | None] = field(default_factory=list)  # the edit memory's substitution per token
 
 
 class Watched(Proposer):
@@ -273,7 +273,7 @@ class Watched(Proposer):
 
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         offer = self.inner.offer  # read before feedback
-        by = [t.by for t in offer.copied[:len(proposal)]] if proposal.tokens and offer else []
+        by = [t.by for t in offer.copy[:len(proposal)]] if proposal.tokens and offer else []
         self.rounds.append(Round(self._pos, proposal, accepted, by))
         self.inner.feedback(ctx, proposal, accepted)
 
@@ -318,9 +318,9 @@ def replay(proposer: PromptLookup, costs: CostTable, evidence: Evidence, prompt:
 
 def proposer_of(variant: str, evidence: Evidence) -> PromptLookup:
     """The loop's proposer under `variant`, its copy evidence kept in `evidence` for edits."""
-    policy, priors = VARIANTS[variant]
+    copy_policy, priors = VARIANTS[variant]
     copies = evidence.of_kind(COPIES, KIND, lambda: CopyEvidence.with_priors(**priors))
-    return PromptLookup(copies, policy=policy)
+    return PromptLookup(copies, copy_policy=copy_policy)
 
 
 # ---------------------------------------------------------------------------- policies
@@ -564,10 +564,11 @@ def trace_refused(model: Any, done: Replayed, reply: list[int], proposer: Prompt
         if ok >= k:
             continue
         got, want = rnd.proposal.tokens[ok], reply[rnd.pos + ok]
-        by = rnd.by[ok] if ok < len(rnd.by) else -1
+        by = rnd.by[ok] if ok < len(rnd.by) else None
         before = show_span(model, reply[max(rnd.pos + ok - 6, 0):rnd.pos + ok])
+        made = "copy" if by is None else "sub"
         print(f"    @{rnd.pos:5d} +{ok:2d}/{k:2d} wasted {k - ok:2d}  after {before}: proposed "
-              f"{show_span(model, [got])} ({'sub' if by >= 0 else 'copy'}), wrote {show_span(model, [want])}")
+              f"{show_span(model, [got])} ({made}), wrote {show_span(model, [want])}")
         if verbose:
             print(f"           from {show_span(model, reply[max(rnd.pos - 8, 0):rnd.pos])} ~ "
                   f"{show_span(model, rnd.proposal.tokens)}")

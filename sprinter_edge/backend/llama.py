@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, ContextOverflowError, ModelFileError
-from . import host, native, rpc
+from . import host, loading, native, rpc
 from .native import llama_cpp
 
 log = logging.getLogger(__name__)
@@ -158,57 +158,23 @@ class LlamaModel:
         check_gguf_file(self.path)
         native.ensure_backend()
 
-        mparams = llama_cpp.llama_model_default_params()
-        # -1: every layer (llama.cpp reads any negative count as all of them, the output layer too)
-        mparams.n_gpu_layers = self.options.n_gpu_layers
         self.rpc_devices: rpc.Devices | None = None
-        if self.options.rpc:
+        if self.options.rpc:  # every layer on the rpc-servers
             self.rpc_devices = rpc.Devices(self.options.rpc)
-            mparams.devices = self.rpc_devices.pointer
-            # the rpc-servers are the only devices given: every layer goes there, whatever the
-            # GPU layers asked (those are this machine's GPU's)
-            mparams.n_gpu_layers = -1
-        mparams.use_mmap = self.options.use_mmap
-        if native.avoid_extra_buffers():
-            # Native builds with AMX crash on the first decode on some Xeons.
-            mparams.use_extra_bufts = False
-        with native.capture_log() as logbuf:
-            model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
-        load_log = logbuf.lines
-        if not model:
-            detail = logbuf.last_error() or "llama.cpp could not load it"
-            raise ModelFileError(
-                f"cannot load model {self.path}: {detail} "
-                "(is the file complete? a truncated or corrupt GGUF fails here)"
-            )
+        devices = self.rpc_devices.pointer if self.rpc_devices is not None else None
+        model, load_log = loading.load_model(self.path, self.options, devices)
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
-
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = self.options.n_ctx or auto_context(model)
-        cparams.n_batch = self.options.n_batch
-        cparams.n_ubatch = self.options.n_batch
-        cparams.n_seq_max = 1
-        cparams.n_threads = self.options.threads()
-        cparams.n_threads_batch = self.options.threads()
-        cparams.embeddings = False  # switched on only for the decodes that need hidden states
-        cparams.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
-        cparams.no_perf = True
-        # llama.cpp reports a repacked weight buffer as it loads (its log is all that tells)
-        self.repacked = any("CPU_REPACK model buffer" in line for _, line in logbuf.lines)
-        cparams.flash_attn_type = self.options.flash_attn_type(self.repacked)
+        self.repacked = loading.repacked(load_log)
+        flash_attn_type = self.options.flash_attn_type(self.repacked)
         # the setting it resolved to, as llama-server's `-fa` spells it
-        self.flash_attn = next(k for k, v in FLASH_ATTN_TYPE.items() if v == cparams.flash_attn_type)
-        with native.capture_log() as logbuf:
-            ctx = llama_cpp.llama_init_from_model(model, cparams)
-        if not ctx:
-            llama_cpp.llama_model_free(model)
-            self._model = None
-            raise BackendError(
-                f"cannot create a context for {self.path.name} (n_ctx={cparams.n_ctx}): "
-                f"{logbuf.last_error() or 'out of memory?'}"
-            )
-        self._ctx = ctx
+        self.flash_attn = next(k for k, v in FLASH_ATTN_TYPE.items() if v == flash_attn_type)
+        try:
+            self._ctx = ctx = loading.new_context(model, self.path, self.options,
+                                                  self.options.n_ctx or auto_context(model), flash_attn_type)
+        except BackendError:
+            self.close()
+            raise
         self._memory = llama_cpp.llama_get_memory(ctx)
         if self.rpc_devices is not None:
             rpc.note_in_use(self.options.rpc)
@@ -263,14 +229,8 @@ class LlamaModel:
 
     def placement(self) -> str:
         """Where the layers are, in a few words: "31/31 layers on GPU (Metal)", "on the CPU"."""
-        if not self.gpu_layers:
-            return "on the CPU"
-        if self.rpc_devices is not None:
-            where = "rpc-server " + ", ".join(self.options.rpc)
-        else:
-            where = "GPU (" + ", ".join(native.device_name(d) for d in self.devices) + ")"
-        rest = ", the rest on the CPU" if self.gpu_layers < self.layers else ""
-        return f"{self.gpu_layers}/{self.layers} layers on {where}{rest}"
+        return loading.placement(self.gpu_layers, self.layers, self.devices,
+                                 self.options.rpc if self.rpc_devices is not None else ())
 
     # ------------------------------------------------------------------ metadata
     def meta(self, key: str) -> str | None:
@@ -398,20 +358,9 @@ class LlamaModel:
         self.decoded_tokens += n
 
         rows = range(last_len - n_logits, last_len)
-        logits = np.empty((n_logits, self.n_vocab), dtype=np.float32)
-        for r, i in enumerate(rows):
-            ptr = llama_cpp.llama_get_logits_ith(self._ctx, i)
-            if not ptr:
-                raise BackendError("llama.cpp returned no logits")
-            logits[r] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-        states = None
-        if hidden:
-            states = np.empty((n_logits, self.n_embd), dtype=np.float32)
-            for r, i in enumerate(rows):
-                ptr = llama_cpp.llama_get_embeddings_ith(self._ctx, i)
-                if not ptr:
-                    raise BackendError("llama.cpp returned no hidden state")
-                states[r] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
+        logits = read_rows(llama_cpp.llama_get_logits_ith, self._ctx, rows, self.n_vocab, "logits")
+        states = read_rows(llama_cpp.llama_get_embeddings_ith, self._ctx, rows, self.n_embd,
+                           "hidden state") if hidden else None
         return DecodeOutput(logits=logits, hidden=states)
 
     def _decode(self, tokens: list[int], start: int, n_logits: int, *, embeddings: bool) -> None:
@@ -485,6 +434,18 @@ class LlamaModel:
             self.last_decoded = 0
             return DecodeOutput(np.empty((0, self.n_vocab), np.float32), None)
         return self.eval(context[keep:], n_logits=n_logits, hidden=hidden)
+
+
+def read_rows(getter: Any, ctx: Any, rows: range, width: int, what: str) -> np.ndarray:
+    """The rows of the last decode's batch at `rows` (`getter`: llama.cpp's reader of a row, of
+    logits or hidden states), float32 [len(rows), width]."""
+    out = np.empty((len(rows), width), dtype=np.float32)
+    for r, i in enumerate(rows):
+        ptr = getter(ctx, i)
+        if not ptr:
+            raise BackendError(f"llama.cpp returned no {what}")
+        out[r] = np.ctypeslib.as_array(ptr, shape=(width,))
+    return out
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SprinterError
+from ..processes import ServerError, free_port, stop_process, wait_healthy
 from .edits.files import FILES, FileEditTask, check_reply
-from .llama_server import SERVER_CONFIGS, LlamaServer, ServerError, free_port, stop_process, wait_healthy
+from .llama_server import SERVER_CONFIGS, LlamaServer
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +296,8 @@ class AgentsOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"command": self.config.command, "config": asdict(self.config), "machine": self.machine,
-                "wall_seconds": self.wall_seconds,
-                "turns": [asdict(t) for t in self.turns], "summary": summary(self.turns)}
+                "wall_seconds": self.wall_seconds, "turns": [asdict(t) for t in self.turns],
+                "summary": [r.to_dict() for r in summary(self.turns)]}
 
 
 def open_server(row: str, *, model_args: Sequence[str], target: Path, draft: Path | None,
@@ -359,35 +360,60 @@ def aider_version(aider: Path) -> str:
 
 # ---------------------------------------------------------------------------- report
 
-def summary(turns: Sequence[Turn]) -> list[dict[str, Any]]:
-    """Per row and edit format: the user's wait in sum (both turns; to the file written, and to
-    aider's exit), edits done, tokens and seconds on the server, and each wait against the
-    fastest llama-server row's."""
+@dataclass
+class RowSummary:
+    """One row and edit format of a run, both turns summed: the user's wait (to the file written,
+    and to aider's exit), edits done, tokens and seconds on the server, and each wait over the
+    fastest llama-server row's in the same format (a time ratio: under 1, a shorter wait)."""
+
+    row: str
+    format: str
+    turns: int
+    wall_seconds: float
+    exit_seconds: float
+    turn1_done: int
+    turn2_done: int
+    tasks: int
+    prompt_tokens: int
+    prompt_seconds: float
+    completion_tokens: int
+    decode_seconds: float
+    decode_tokens_per_second: float
+    wall_vs_best_llama_server: float | None = None  # None: no llama-server row in this format
+    exit_vs_best_llama_server: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As agents.json keeps it (a ratio with no llama-server row to compare with: left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def summary(turns: Sequence[Turn]) -> list[RowSummary]:
+    """Per row and edit format (`RowSummary`), in the order the rows first ran."""
     groups: dict[tuple[str, str], list[Turn]] = {}
     for t in turns:
         groups.setdefault((t.row, t.edit_format), []).append(t)
     rows = []
     for (row, fmt), ts in groups.items():
         decode = sum(t.decode_seconds for t in ts)
-        rows.append({"row": row, "format": fmt, "turns": len(ts),
-                     "wall_seconds": round(sum(t.wall_seconds for t in ts), 1),
-                     "exit_seconds": round(sum(t.exit_seconds for t in ts), 1),
-                     "turn1_done": sum(t.done for t in ts if t.turn == 1),
-                     "turn2_done": sum(t.done for t in ts if t.turn == 2),
-                     "tasks": len({t.task for t in ts}),
-                     "prompt_tokens": sum(t.prompt_tokens for t in ts),
-                     "prompt_seconds": round(sum(t.prompt_seconds for t in ts), 1),
-                     "completion_tokens": sum(t.completion_tokens for t in ts),
-                     "decode_seconds": round(decode, 1),
-                     "decode_tokens_per_second": round(sum(t.completion_tokens for t in ts) / decode, 2)
-                     if decode else 0.0})
-    for fmt in {r["format"] for r in rows}:
-        for key in ("wall_seconds", "exit_seconds"):
-            peers = [r[key] for r in rows if r["format"] == fmt and r["row"] in SERVER_CONFIGS]
-            best = min(peers, default=0.0)
-            for r in rows:
-                if r["format"] == fmt and best:
-                    r[key.replace("seconds", "vs_best_llama_server")] = round(r[key] / best, 3)
+        written = sum(t.completion_tokens for t in ts)
+        rows.append(RowSummary(
+            row=row, format=fmt, turns=len(ts), wall_seconds=round(sum(t.wall_seconds for t in ts), 1),
+            exit_seconds=round(sum(t.exit_seconds for t in ts), 1),
+            turn1_done=sum(t.done for t in ts if t.turn == 1),
+            turn2_done=sum(t.done for t in ts if t.turn == 2),
+            tasks=len({t.task for t in ts}), prompt_tokens=sum(t.prompt_tokens for t in ts),
+            prompt_seconds=round(sum(t.prompt_seconds for t in ts), 1), completion_tokens=written,
+            decode_seconds=round(decode, 1),
+            decode_tokens_per_second=round(written / decode, 2) if decode else 0.0))
+    for fmt in {r.format for r in rows}:
+        peers = [r for r in rows if r.format == fmt and r.row in SERVER_CONFIGS]
+        best_wall = min((r.wall_seconds for r in peers), default=0.0)
+        best_exit = min((r.exit_seconds for r in peers), default=0.0)
+        for r in rows:
+            if r.format == fmt and best_wall:
+                r.wall_vs_best_llama_server = round(r.wall_seconds / best_wall, 3)
+            if r.format == fmt and best_exit:
+                r.exit_vs_best_llama_server = round(r.exit_seconds / best_exit, 3)
     return rows
 
 
@@ -403,11 +429,11 @@ def markdown(outcome: AgentsOutcome) -> str:
              "done | prompt tokens read (s) | written tokens | decode tok/s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary(outcome.turns):
-        lines.append(f"| {r['row']} | {r['format']} | {r['wall_seconds']:.1f} | "
-                     f"{r.get('wall_vs_best_llama_server', 0):.2f}x | {r['exit_seconds']:.1f} | "
-                     f"{r.get('exit_vs_best_llama_server', 0):.2f}x | {r['turn1_done']}/{r['tasks']} | "
-                     f"{r['turn2_done']}/{r['tasks']} | {r['prompt_tokens']} ({r['prompt_seconds']:.0f}) | "
-                     f"{r['completion_tokens']} | {r['decode_tokens_per_second']:.2f} |")
+        lines.append(f"| {r.row} | {r.format} | {r.wall_seconds:.1f} | "
+                     f"{r.wall_vs_best_llama_server or 0:.2f}x | {r.exit_seconds:.1f} | "
+                     f"{r.exit_vs_best_llama_server or 0:.2f}x | {r.turn1_done}/{r.tasks} | "
+                     f"{r.turn2_done}/{r.tasks} | {r.prompt_tokens} ({r.prompt_seconds:.0f}) | "
+                     f"{r.completion_tokens} | {r.decode_tokens_per_second:.2f} |")
     lines += ["", "| row | task | format | turn | to file written (s) | to exit (s) | done "
               "| prompt tokens read | written | why not |",
               "|---|---|---|---|---|---|---|---|---|---|"]

@@ -24,8 +24,6 @@ import json
 import logging
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend.host import performance_cores
-from ..errors import SprinterError
+from ..processes import ServerError, die_with_parent, free_port, stop_process, wait_healthy
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +65,6 @@ _OPTION = re.compile(r"([a-z][a-z0-9-]*)=([\w.]+)")
 PLAIN = "llama-server"
 STARTUP_TIMEOUT = 180.0  # seconds for the server to load its models and answer /health
 REQUEST_TIMEOUT = 900.0  # one completion
-
-
-class ServerError(SprinterError):
-    """llama-server did not start, or answered something unusable."""
 
 
 def parse_server_row(name: str) -> tuple[str, tuple[str, ...]] | None:
@@ -122,63 +116,6 @@ class ServerRun:
     def timed_tokens(self) -> int:
         """The tokens `decode_seconds` produced: predicted_n - 1."""
         return max(int(self.timings.get("predicted_n") or 0) - 1, 0)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
-    """Until `url`/health answers 200 (a server loading its models answers 503); ServerError
-    when the process exits first or `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rc = proc.poll()
-        if rc is not None:
-            raise ServerError(f"{what} exited with status {rc} while starting")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            pass  # not listening yet, or 503 while loading the model
-        time.sleep(0.1)
-    raise ServerError(f"{what} did not answer /health within {timeout:.0f} s")
-
-
-def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
-    """Until 127.0.0.1:`port` accepts a TCP connection (`wait_healthy` for a server that speaks
-    no HTTP); ServerError when the process exits first or `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rc = proc.poll()
-        if rc is not None:
-            raise ServerError(f"{what} exited with status {rc} while starting")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.05)
-    raise ServerError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
-
-
-def stop_process(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM, then SIGKILL when it has not ended after `grace` seconds."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the server gets SIGTERM when the bench process dies (even by SIGKILL)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class LlamaServer:
@@ -236,7 +173,7 @@ class LlamaServer:
                     self.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True,  # Ctrl-C reaches the bench, which stops the server
                     creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),  # (Windows' way)
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                    preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
             try:
                 self._wait_healthy()
                 return self

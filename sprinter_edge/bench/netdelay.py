@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from .llama_server import stop_process, wait_listening
+from ..processes import stop_process, wait_listening
 
 log = logging.getLogger(__name__)
 

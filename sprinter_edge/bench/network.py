@@ -22,7 +22,7 @@ from typing import Any
 
 from ..backend import llama_tools
 from ..errors import SprinterError
-from .llama_server import _die_with_parent, free_port, stop_process, wait_listening
+from ..processes import die_with_parent, free_port, stop_process, wait_listening
 from .netdelay import DelayProxyProcess
 
 RPC_SERVER = "ggml-rpc-server"
@@ -75,7 +75,7 @@ class RpcServer:
         try:
             linux = sys.platform.startswith("linux")  # (preexec_fn: none on Windows; a Linux call)
             self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent if linux else None)
+                                         preexec_fn=die_with_parent if linux else None)
         finally:
             if self.log:
                 out.close()  # the process holds its own copy

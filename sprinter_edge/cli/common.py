@@ -266,7 +266,8 @@ def engine_from(args: argparse.Namespace, *, method: str | None = None, with_dra
     kwargs = engine_kwargs(args, method=method)
     if args.target:
         pairing = pairing_from(args, method)
-        return Engine.from_files(pairing.draft.path if pairing.draft else None, pairing.target.path, **kwargs)
+        draft = pairing.draft.path if pairing.draft else None
+        return Engine.from_files(pairing.target.path, draft=draft, **kwargs)
     if args.draft:
         raise SettingsError("--draft needs --target as well")
     return Engine.from_pair(args.pair, offline=args.offline, download=not args.offline,

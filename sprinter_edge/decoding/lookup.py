@@ -11,7 +11,7 @@ from .context import DecodeContext
 from .loop import LoopStrategy
 from .proposers.base import Proposer
 from .proposers.copy_evidence import CopyEvidence
-from .proposers.prompt_lookup import PromptLookup
+from .proposers.prompt_lookup import SHIPPED, CopyPolicy, PromptLookup, StagedLookup
 from .strategy import Plan, PriceInputs
 
 # Before it has run, x ar's speed: a plain step plus proposals that pass their own cost test, so
@@ -33,6 +33,8 @@ class Lookup(LoopStrategy):
     # name and fence) is no reason to stop copying for the rest of the reply
     kept_over_ar = frozenset({"edit"})
     stage = False  # staged.py: the draft checks each span first
+    # how its copy behaves (internal tuning, not a knob: CONTRIBUTING.md, "A new method")
+    copy_policy: CopyPolicy = SHIPPED
 
     def plans(self, inputs: PriceInputs) -> list[Plan]:
         return [self.plan()]
@@ -55,4 +57,5 @@ class Lookup(LoopStrategy):
 
     def make_proposer(self, ctx: DecodeContext, plan: Plan | None = None) -> Proposer:
         assert ctx.evidence is not None
-        return PromptLookup(ctx.evidence.of_kind(COPIES, ctx.kind, CopyEvidence), stage=self.stage)
+        copy = StagedLookup if self.stage else PromptLookup
+        return copy(ctx.evidence.of_kind(COPIES, ctx.kind, CopyEvidence), copy_policy=self.copy_policy)

@@ -61,10 +61,10 @@ class RunPolicy:
         each judged token is flagged with probability `flag_rate`, independently: the
         distribution the planner prices SPRINTER's round with."""
         cap = self.run_cap or NO_CAP_HORIZON  # without a cap, a horizon acts as one
-        policy = RunPolicy(self.threshold, cap)
+        run_policy = RunPolicy(self.threshold, cap)
         alive = 1.0  # P(the first drafted - 1 tokens were kept)
         for drafted in range(1, cap + 1):
-            if policy.verdict(drafted, self.threshold) is not Verdict.KEPT:
+            if run_policy.verdict(drafted, self.threshold) is not Verdict.KEPT:
                 yield drafted - 1, alive  # the run ends here whatever the score
                 return
             if alive * flag_rate >= min_prob:

@@ -47,4 +47,4 @@ class Splice(Lookup):
         assert ctx.evidence is not None
         return SpliceProposer(ctx.evidence.of_kind(COPIES, ctx.kind, CopyEvidence),
                               ctx.evidence.of_kind(WRITES, ctx.kind, WriteEvidence),
-                              write_len=self.setting(ctx, plan, "write_len"))
+                              write_len=self.setting(ctx, plan, "write_len"), copy_policy=self.copy_policy)

@@ -35,7 +35,7 @@ def _rates(prior: tuple[float, ...], anchor_prior: float) -> list[Rate]:
 @dataclass
 class CopyEvidence:
     """Per-token acceptance of copied spans, per match-length bucket, plus the anchored slot;
-    and, per source token, how often the target copied it and how often it refused it.
+    and, per source token, how often the target followed a copy there and how often it refused it.
 
     A token the target refuses more often than it copies is where copies end: the closing
     code fence of a pasted file is one (the prompt spells it `` + `\n\n`, a reply ```), a
@@ -43,7 +43,7 @@ class CopyEvidence:
     writes that token itself, and copying it there counts for it."""
 
     rates: list[Rate] = field(default_factory=lambda: _rates(COPY_PRIOR, ANCHOR_PRIOR))
-    copied: Counter[int] = field(default_factory=Counter)
+    followed: Counter[int] = field(default_factory=Counter)  # the target wrote it where a copy had it
     refused: Counter[int] = field(default_factory=Counter)
     buckets: tuple[int, ...] = COPY_BUCKETS  # the match length each bucket of `rates` starts at
 
@@ -73,4 +73,4 @@ class CopyEvidence:
 
     def stops_at(self, token: int) -> bool:
         """The target refused this token more often than it copied it."""
-        return self.refused[token] > self.copied[token]
+        return self.refused[token] > self.followed[token]

@@ -114,7 +114,7 @@ class VerifierRun(StopRule):
         # a verifier rising in the draft's max probability alone decides by that probability
         # outside a narrow band around its cut: the same decisions, a model run only inside
         self._band = self.verifier.max_prob_band(self.threshold)
-        self.policy = RunPolicy(self.threshold, self.run_cap)
+        self.run_policy = RunPolicy(self.threshold, self.run_cap)
         self.begin()
 
     def begin(self) -> None:
@@ -143,7 +143,7 @@ class VerifierRun(StopRule):
             return value
 
         judged = not (self.verify_eog and ctx.text_eog(token))
-        verdict = self.policy.verdict(drafted, score if judged else None)
+        verdict = self.run_policy.verdict(drafted, score if judged else None)
         passed = verdict is Verdict.KEPT
         self.since_flag = 0 if verdict is Verdict.FLAGGED else self.since_flag + 1
         self._ended = _ENDED_BY.get(verdict)

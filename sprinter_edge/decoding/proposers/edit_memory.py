@@ -39,7 +39,7 @@ import keyword
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 MAX_REPLACED = 8  # longest source span a substitution replaces
 MAX_WRITTEN = 16  # longest reply span it writes in its place
@@ -55,6 +55,22 @@ class Tokenizer(Protocol):
     def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
 
     def tokenize(self, text: str, *, add_special: bool = True, special: bool = True) -> list[int]: ...
+
+
+class Applied(NamedTuple):
+    """Where `EditMemory.apply` made a substitution: which one, and whether in prose (a comment,
+    a string: scored apart from code)."""
+
+    key: tuple[int, ...]  # the substitution's key in the memory
+    prose: bool
+
+
+class EditedToken(NamedTuple):
+    """One token of a copy with the learned edits made (`EditMemory.apply`)."""
+
+    token: int
+    after: int  # the source position after it
+    by: Applied | None = None  # the substitution that wrote it (None: the source's own token)
 
 
 @dataclass
@@ -189,15 +205,12 @@ class EditMemory:
             return None
         return old.group(2), new.group(2)
 
-    def apply(self, source: Sequence[int], start: int, end: int) -> tuple[list[int], list[int], list[int]]:
-        """The copy of source[start:end] with every trusted substitution made: (tokens, the
-        source position after each token, what wrote each token or -1: twice the substitution's
-        number, plus 1 in prose). A key with its context token matches with that token at
-        source[i - 1] (so at `start` too); an insertion goes before source[i]."""
-        tokens: list[int] = []
-        after: list[int] = []
-        by: list[int] = []
-        ids = {key: n for n, key in enumerate(self.subs)}
+    def apply(self, source: Sequence[int], start: int, end: int) -> list[EditedToken]:
+        """The copy of source[start:end] with every trusted substitution made, token by token,
+        each with the source position after it and the substitution that wrote it. A key with
+        its context token matches with that token at source[i - 1] (so at `start` too); an
+        insertion goes before source[i]."""
+        out: list[EditedToken] = []
         i = start
         inserted_at = -1
         while i < end:
@@ -206,20 +219,17 @@ class EditMemory:
             if sub is not None and not sub.trusted(prose):
                 sub = None
             if sub is None:
-                tokens.append(source[i])
-                after.append(i + 1)
-                by.append(-1)
+                out.append(EditedToken(source[i], i + 1))
                 i += 1
                 continue
             width = sub.width
             written = sub.value[1:] if sub.contextual else sub.value
-            tokens.extend(written)
-            after.extend([i + width] * len(written))
-            by.extend([2 * ids[sub.key] + prose] * len(written))
+            by = Applied(sub.key, prose)
+            out.extend(EditedToken(t, i + width, by) for t in written)
             if width == 0:
                 inserted_at = i  # then copy source[i] itself
             i += width
-        return tokens, after, by
+        return out
 
     def _at(self, source: Sequence[int], i: int, end: int, *, insertion: bool) -> Substitution | None:
         """The longest substitution trusted anywhere whose source tokens start at i (context keys
@@ -261,22 +271,21 @@ class EditMemory:
         self._scanned.extend(source[n:i + 1])
         return self._prose[i]
 
-    def substitution(self, by: int) -> Substitution:
-        """The substitution that wrote a token, from `apply`'s `by` for it (>= 0)."""
-        return list(self.subs.values())[by >> 1]
+    def substitution(self, by: Applied) -> Substitution:
+        """The substitution that wrote a token (`apply`'s `by` for it)."""
+        return self.subs[by.key]
 
-    def score(self, by: Sequence[int], accepted: int) -> None:
+    def score(self, by: Sequence[Applied | None], accepted: int) -> None:
         """The target accepted the first `accepted` tokens of a proposal whose tokens `by`
-        substitutions wrote: an application all of whose tokens passed counts as accepted, the
-        one holding the first refused token as refused."""
-        subs = list(self.subs.values())  # (`substitution`, read once)
+        substitutions wrote (None: the source's own): an application all of whose tokens passed
+        counts as accepted, the one holding the first refused token as refused."""
         j = 0
         while j < len(by):
             n, k = by[j], j
             while k + 1 < len(by) and by[k + 1] == n:
                 k += 1
-            if n >= 0 and (k < accepted or j <= accepted):
-                subs[n >> 1].add(bool(n & 1), accepted=k < accepted)
+            if n is not None and (k < accepted or j <= accepted):
+                self.subs[n.key].add(n.prose, accepted=k < accepted)
             j = k + 1
 
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from .edit_memory import Tokenizer
+from .edit_memory import Applied, EditedToken, Tokenizer
 
 _BLANK = b" \t\n\r"
 _NON_BLANK = re.compile(rb"[^ \t\n\r]")
@@ -40,7 +41,13 @@ FIND_BYTES = 6  # the fewest non-blank bytes of the reply looked up to find the 
 FIND_WINDOW = 96  # source tokens searched for them after where the copy stood
 FIND_BACK = 48  # and before it
 
-Position = tuple[int, int]  # (source token, bytes of it already written)
+
+
+class Position(NamedTuple):
+    """A place in the source: a token, and how many of its bytes the reply has written."""
+
+    at: int  # the source token
+    skip: int = 0  # bytes of it already written
 
 
 @dataclass
@@ -54,16 +61,22 @@ class Rule:
         return self.accepted > self.refused
 
 
+class LaidToken(NamedTuple):
+    """One token of a copy laid out."""
+
+    token: int
+    after: Position  # where the source goes on after it
+    by: Applied | None  # the edit memory's substitution that wrote it (None: none)
+    rule: int | None  # the rule that laid it out, an index into the copy's rules (None: none)
+    gaps: list[tuple]  # the kinds of gap it holds (a closed gap: the token after it)
+
+
 @dataclass
 class Laid:
-    """A copy laid out: its tokens and, for each, where the source goes on after it, the
-    substitution that wrote it (-1: none), the rule that laid it out (-1: none)."""
+    """A copy laid out: its tokens, and where the first one holding a kind of gap the reply has
+    not shown stands."""
 
-    tokens: list[int]
-    after: list[Position]
-    by: list[int]
-    rules: list[int]
-    gaps: list[list[tuple]]  # the kinds of gap each token holds (a closed gap: the token after it)
+    tokens: list[LaidToken]
     unknown: int | None = None  # the first token holding a kind of gap the reply has not shown
 
 
@@ -91,7 +104,7 @@ def _gaps(text: bytes) -> tuple[list[int], list[tuple[int, int]]]:
 
 def _past(piece: bytes, i: int, n: int) -> Position:
     """The position just past byte n of source token i (`piece`: its bytes)."""
-    return (i + 1, 0) if n + 1 == len(piece) else (i, n + 1)
+    return Position(i + 1) if n + 1 == len(piece) else Position(i, n + 1)
 
 
 def _key(left: int, right: int, gap: bytes) -> tuple:
@@ -169,7 +182,7 @@ class Layout:
         wrote = _strip(self._spell(written))
         i, a = start
         k = 0
-        limit = min(len(source) - len(written), start[0] + 2 * MAX_WRITTEN)  # (`written` ends `source`)
+        limit = min(len(source) - len(written), start.at + 2 * MAX_WRITTEN)  # (`written` ends `source`)
         while k < len(wrote):
             if i >= limit or source[i] < 0:
                 return None
@@ -201,19 +214,19 @@ class Layout:
         for i in range(first, min(len(source) - len(written), near + FIND_WINDOW)):  # (`written` ends it)
             if source[i] < 0:  # a separator: no match crosses it
                 stripped.append(0)
-                where.append((i, 0))
+                where.append(Position(i))
                 continue
             for n, byte in enumerate(self.tokenizer.token_bytes(source[i])):
                 if byte not in _BLANK:
                     stripped.append(byte)
-                    where.append((i, n))
+                    where.append(Position(i, n))
         for size in range(min(len(tail), 2 * FIND_BYTES), FIND_BYTES - 1, -1):
             found, at = [], stripped.find(tail[-size:])
             while at >= 0:
                 found.append(at)
                 at = stripped.find(tail[-size:], at + 1)
             if found:
-                at = min(found, key=lambda f: abs(where[f][0] - near))
+                at = min(found, key=lambda f: abs(where[f].at - near))
                 i, n = where[at + size - 1]
                 return _past(self.tokenizer.token_bytes(source[i]), i, n)
         return None
@@ -304,18 +317,17 @@ class Layout:
             return rule.written, rule
         return None
 
-    def apply(self, committed: Sequence[int], source: Sequence[int], start: Position, tokens: Sequence[int],
-              after: Sequence[int], by: Sequence[int]) -> Laid | None:
-        """The copy `tokens` of the source from `start` (with the source token after each and
-        the substitution that wrote each, as EditMemory.apply gives them; the first token's
-        first start[1] bytes already written), laid out by the trusted rules as it follows the
-        reply `committed`, and tokenized again. None where it stays as it is."""
-        if self.tokenizer is None or not tokens:
+    def apply(self, committed: Sequence[int], source: Sequence[int], start: Position,
+              edited: Sequence[EditedToken]) -> Laid | None:
+        """The copy `edited` of the source from `start` (as EditMemory.apply gives it; the first
+        token's first `start.skip` bytes already written), laid out by the trusted rules as it
+        follows the reply `committed`, and tokenized again. None where it stays as it is."""
+        if self.tokenizer is None or not edited:
             return None
-        skip = start[1]
+        skip = start.skip
         if not skip and not self.trusted:
             return None
-        pieces = [self.tokenizer.token_bytes(t) for t in tokens]
+        pieces = [self.tokenizer.token_bytes(t.token) for t in edited]
         pieces[0] = pieces[0][skip:]
         text = b"".join(pieces)
         owner: list[int] = []  # the copied token each byte of `text` comes from
@@ -324,10 +336,10 @@ class Layout:
         left, written = _tail(self._spell(committed[-CONTEXT_TOKENS:]))
         marks, gaps = _gaps(text)
         out = bytearray()
-        src: list[int] = []  # the byte of `text` each output byte is (-1: a blank laid out)
-        rule_at: list[int] = []  # the rule that laid out each output byte (-1: none)
+        src: list[int | None] = []  # the byte of `text` each output byte is (None: a blank laid out)
+        rule_at: list[int | None] = []  # the rule that laid out each output byte (None: none)
         rules: list[Rule] = []
-        pending = -1  # a gap closed by this rule: it rides with the byte after it
+        pending: int | None = None  # a gap closed by this rule: it rides with the byte after it
         kinds: list[tuple[int, tuple]] = []  # (the output byte it starts at, the kind) of each gap
 
         def copy(a: int, b: int) -> None:
@@ -336,7 +348,7 @@ class Layout:
                 out.append(text[n])
                 src.append(n)
                 rule_at.append(pending)
-                pending = -1
+                pending = None
 
         def gap(a: int, b: int, left: int | None, right: int | None, was: bytes, done: bytes) -> None:
             """Lay out text[a:b], the gap `was` of the source, of which the reply wrote `done`."""
@@ -350,8 +362,8 @@ class Layout:
                     copy(a, b)
                 else:
                     out.extend(rest)
-                    src.extend([-1] * len(rest))
-                    rule_at.extend([-1] * len(rest))
+                    src.extend([None] * len(rest))
+                    rule_at.extend([None] * len(rest))
                 return
             if found[0][len(done):] == text[a:b]:
                 copy(a, b)
@@ -360,7 +372,7 @@ class Layout:
                 rules.append(found[1])
             n, new = rules.index(found[1]), found[0][len(done):]
             out.extend(new)
-            src.extend([-1] * len(new))
+            src.extend([None] * len(new))
             rule_at.extend([n] * len(new))
             if not new:
                 pending = n
@@ -374,27 +386,27 @@ class Layout:
             gap(a, b, text[marks[k]], right, text[a:b], b"")
         if not rules and not skip:
             return None
-        return self._retokenize(bytes(out), src, rule_at, rules, kinds, owner, start, list(after), list(by))
+        return self._retokenize(bytes(out), src, rule_at, rules, kinds, owner, start, edited)
 
-    def _retokenize(self, out: bytes, src: list[int], rule_at: list[int], rules: list[Rule],
-                    kinds: list[tuple[int, tuple]], owner: list[int], start: Position, after: list[int],
-                    by: list[int]) -> Laid | None:
+    def _retokenize(self, out: bytes, src: list[int | None], rule_at: list[int | None], rules: list[Rule],
+                    kinds: list[tuple[int, tuple]], owner: list[int], start: Position,
+                    edited: Sequence[EditedToken]) -> Laid | None:
         """`out` (the laid-out copy) as the tokenizer cuts it (`retokenized`); its rules and
         gaps are what `score` reads next."""
         assert self.tokenizer is not None
-        laid = retokenized(self.tokenizer, out, src, rule_at, kinds, owner, start, after, by, self.known)
+        laid = retokenized(self.tokenizer, out, src, rule_at, kinds, owner, start, edited, self.known)
         if laid is not None:
-            self._applied, self._applied_gaps = rules, laid.gaps
+            self._applied, self._applied_gaps = rules, [t.gaps for t in laid.tokens]
         return laid
 
-    def score(self, rule_at: Sequence[int], accepted: int) -> None:
+    def score(self, rule_at: Sequence[int | None], accepted: int) -> None:
         """The target accepted the first `accepted` tokens of a proposal whose tokens the rules
-        `rule_at` (indices into the last laid-out copy's rules, -1: none) laid out."""
+        `rule_at` (indices into the last laid-out copy's rules, None: none) laid out."""
         for gaps in self._applied_gaps[:accepted]:  # what the target wrote there, it has now shown
             self.known.update(gaps)
         seen: set[int] = set()
         for i, n in enumerate(rule_at[:accepted + 1]):
-            if n < 0 or n in seen or n >= len(self._applied):
+            if n is None or n in seen or n >= len(self._applied):
                 continue
             seen.add(n)
             if i < accepted:
@@ -403,13 +415,13 @@ class Layout:
                 self._applied[n].refused += 1
 
 
-def retokenized(tokenizer: Tokenizer, out: bytes, src: list[int], rule_at: list[int],
-                kinds: list[tuple[int, tuple]], owner: list[int], start: Position, after: list[int],
-                by: list[int], known: set[tuple]) -> Laid | None:
+def retokenized(tokenizer: Tokenizer, out: bytes, src: list[int | None], rule_at: list[int | None],
+                kinds: list[tuple[int, tuple]], owner: list[int], start: Position,
+                edited: Sequence[EditedToken], known: set[tuple]) -> Laid | None:
     """`out` (the laid-out copy; `src` and `rule_at` per byte) as the tokenizer cuts it,
-    each token's position after it in the source from `owner` (the copied token of each
-    byte of the copy's text); `known`: the kinds of gap the reply has shown. None where the
-    tokenizer does not give the text back byte for byte."""
+    each token's position after it in the source from `owner` (the token of `edited` each byte
+    of the copy's text comes from); `known`: the kinds of gap the reply has shown. None where
+    the tokenizer does not give the text back byte for byte."""
     try:
         text = out.decode("utf-8")
     except UnicodeDecodeError:  # the copy cuts a character
@@ -417,32 +429,34 @@ def retokenized(tokenizer: Tokenizer, out: bytes, src: list[int], rule_at: list[
     begins = {}  # where each copied token's bytes begin in the copy's text
     for n, o in enumerate(owner):
         begins.setdefault(o, n)
-    laid = Laid(tokenizer.tokenize(text, add_special=False, special=False), [], [], [], [])
+    laid = Laid([])
     k = 0
-    pos, last_src = 0, -1
-    for t in laid.tokens:
-        piece = tokenizer.token_bytes(t)
+    pos, last_src = 0, None
+    for token in tokenizer.tokenize(text, add_special=False, special=False):
+        piece = tokenizer.token_bytes(token)
         end = pos + len(piece)
         if end > len(out) or out[pos:end] != piece:
             return None  # the tokenizer did not give the text back byte for byte
-        last_src = max([last_src, *src[pos:end]])
-        if last_src < 0:  # nothing of the source yet (blanks laid out before it)
-            laid.after.append(start)
+        last_src = max((i for i in [last_src, *src[pos:end]] if i is not None), default=None)
+        if last_src is None:  # nothing of the source yet (blanks laid out before it)
+            after = start
         else:
             o = owner[last_src]
-            if last_src + 1 == len(owner) or owner[last_src + 1] != o or by[o] >= 0:
-                laid.after.append((after[o], 0))  # (inside a substitution's tokens: after it)
+            if last_src + 1 == len(owner) or owner[last_src + 1] != o or edited[o].by is not None:
+                after = Position(edited[o].after)  # (inside a substitution's tokens: after it)
             else:  # inside copied token o: the bytes of it written
-                laid.after.append((after[o] - 1, last_src + 1 - begins[o] + (start[1] if o == 0 else 0)))
-        laid.by.append(next((by[owner[i]] for i in src[pos:end] if i >= 0 and by[owner[i]] >= 0), -1))
-        laid.rules.append(next((r for r in rule_at[pos:end] if r >= 0), -1))
-        mine = []
+                written = last_src + 1 - begins[o] + (start.skip if o == 0 else 0)
+                after = Position(edited[o].after - 1, written)
+        written_by = (edited[owner[i]].by for i in src[pos:end] if i is not None)
+        by = next((b for b in written_by if b is not None), None)
+        rule = next((r for r in rule_at[pos:end] if r is not None), None)
+        gaps = []
         while k < len(kinds) and kinds[k][0] < end:
-            mine.append(kinds[k][1])
+            gaps.append(kinds[k][1])
             k += 1
-        laid.gaps.append(mine)
-        if laid.unknown is None and any(g not in known for g in mine):
-            laid.unknown = len(laid.gaps) - 1
+        laid.tokens.append(LaidToken(token, after, by, rule, gaps))
+        if laid.unknown is None and any(g not in known for g in gaps):
+            laid.unknown = len(laid.tokens) - 1
         pos = end
     if pos != len(out):
         return None

@@ -42,26 +42,15 @@ An edit that rewrites many lines rewrites lines of one kind (type hints: the `de
 each copied token is priced by what lines of its source line's kind let through so far in the
 reply (line_rates.py), and a proposal ends before the next line of an edited kind.
 
-The copy's state between rounds is one `Cursor`: where it stands in the source (`at`),
-whether it holds there (`held`), how long the reply has followed it (`run`), where the reply left
-it (`departure`), where it stood in the source while copying the reply's own text (`home`), and
-the edit token it may go on with (`resume`). A round's copy is an `Offer` of `CopiedToken`s,
-each with the source position after it and the edit and layout rule that made it.
+The copy's state is one `Cursor`: where it stands in the source (`at`), in which state
+(`state`: no copy, held there, loose, departed, and within a round copying and offered), how long
+the reply has followed it (`run`), where the reply left it (`departure`), where it stood in the
+source while copying the reply's own text (`home`), and the edit token it may go on with
+(`resume`). Every transition is a row of `Move` (copy_state.py), which the proposer takes at each
+change of state. A round's copy is an `Offer` of `CopiedToken`s, each with the source position
+after it and the edit and layout rule that made it.
 
-| state | event (in `_start`, then `feedback`) | next state |
-|---|---|---|
-| no copy (`at` None) | a match of the reply's last tokens | copying from the match's end |
-| held at `at` | the target's token is the source's there | held at `at` + 1, `run` + 1 |
-| held at `at` | it is the edit's next token (`resume`) | copying inside the edit |
-| held at `at` | any other token | departed at (`at`, the reply's end) |
-| departed | the reply wrote the source laid out otherwise | departed further on (layout) |
-| departed | a match near where it stood, or an anchor | copying there; the text between learned as an edit |
-| copying | accepted whole | held at the source after the last token |
-| copying | refused at token i | departed at the source after token i - 1 |
-| copying the reply's text | two of its tokens meet the source after `home` | copying the source |
-| copying | nothing pays for a call (cut at its first token) | held where the copy starts |
-
-Staged (with a draft model): the span is first checked by the draft in ONE batched decode,
+Staged (`StagedLookup`, with a draft model): the span is first checked by the draft in ONE batched decode,
 cut at the draft's first disagreement, and the draft's own token at the cut proposed in its
 place; the target then scores only what survived. The cut is a deterministic function of the
 context, so every proposal stays a point mass and the p/q test keeps the output exact.
@@ -70,16 +59,17 @@ context, so every proposal stays a point mass and the p/q test keeps the output 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ...costs.pricing import best_length, best_prefix, best_staged_length
+from ...costs.pricing import Costs, best_length, best_prefix, best_staged_length
 from .base import Proposal, Proposer
 from .copy_evidence import CopyEvidence
-from .edit_memory import MAX_REPLACED, EditMemory
+from .copy_state import NO_COPY, Cursor, Departure, Move, NoCopy, Resume, State
+from .edit_memory import MAX_REPLACED, Applied, EditMemory
 from .layout import Layout, Position
 from .line_rates import LineRates
 
@@ -194,11 +184,14 @@ class SuffixIndex:
 
 @dataclass(frozen=True)
 class CopyPolicy:
-    """How the copy behaves. The shipped policy is the defaults; tools/replay.py builds the
-    others (`VARIANTS`) and compares them on recorded replies."""
+    """How the copy behaves: its internal tuning, not a user's knob (a method's knobs are its
+    `Setting`s). The methods that copy (lookup, staged, splice) each own one (`copy_policy`), the
+    shipped one, the defaults; tools/replay.py builds the others (`VARIANTS`) and compares them
+    on recorded replies."""
 
     anchor: bool = True  # re-anchor after a departure, and prefer a match near where the copy stood
-    anchor_window: int = ANCHOR_WINDOW  # source tokens after a departure searched for an anchor
+    # source tokens after a departure searched for an anchor (splice's draft: this plus what it wrote)
+    anchor_window: int = ANCHOR_WINDOW
     align_window: int = ALIGN_WINDOW  # a match ending this close continues the copy (0: the longest)
     min_match: int = MIN_MATCH  # the shortest suffix looked up
     max_match: int = MAX_MATCH  # the longest suffix compared
@@ -217,48 +210,19 @@ class CopyPolicy:
 SHIPPED = CopyPolicy()
 
 
-class Departure(NamedTuple):
-    """Where the reply left the copy."""
-
-    at: int  # the source position of the token the reply did not copy
-    reply: int  # where the reply's own tokens start
-    skip: int = 0  # bytes of that source token the reply had written (a departure inside a token)
-
-
-class Resume(NamedTuple):
-    """The copy's token after a proposal, where an edit wrote it: if the target writes it, the
-    copy goes on inside the edit."""
-
-    token: int
-    at: int  # where the edit's source tokens start
-    written: int  # how many of the edit's written tokens the reply then holds
-
-
-@dataclass
-class Cursor:
-    """Where the copy stands between rounds (the transition table: the module's docstring)."""
-
-    at: int | None = None  # the source position the copy stands at (None: no copy yet)
-    held: bool = False  # the copy stands: the next round reads the target's token against it
-    run: int = 0  # tokens the reply has followed the copy in a row (priced like a match as long)
-    departure: Departure | None = None  # the reply left the copy here and has not come back
-    home: int | None = None  # copying the reply's own text: where the copy stood in the source
-    resume: Resume | None = None  # the copy's next token, where an edit wrote it
-
-
 @dataclass(frozen=True)
 class CopiedToken:
     """One token of a copy, as the reply would write it."""
 
     token: int
-    after: Position  # where the source goes on after it (token, bytes of that token written)
-    by: int = -1  # the edit memory's substitution that wrote it (-1: none)
-    laid: int = -1  # the layout rule that laid it out (-1: none)
+    after: Position  # where the source goes on after it
+    by: Applied | None = None  # the edit memory's substitution that wrote it (None: none)
+    laid: int | None = None  # the layout rule that laid it out (None: none)
 
     @property
     def as_source(self) -> bool:
         """Copied as the source has it (no edit, no layout)."""
-        return self.by < 0 and self.laid < 0
+        return self.by is None and self.laid is None
 
 
 class Start(NamedTuple):
@@ -279,23 +243,43 @@ class Offer:
     bucket: int
     start: Position  # where in the source it starts
     reply: int  # where in the reply it starts
-    copied: list[CopiedToken]  # the copy before it was cut to the proposal
+    copy: list[CopiedToken]  # the copy before it was cut to the proposal
     heads: list[int] = field(default_factory=list)  # the kind of source line each proposed token copies
     staged: tuple[int, int] | None = None  # the draft checked it first: (tokens checked, agreed)
 
 
+def homeward(index: SuffixIndex, seq: list[int], copy: list[CopiedToken], home: int, window: int,
+             copy_at: Callable[[list[int], int, int], tuple[list[CopiedToken], list[bool] | None]],
+             ) -> list[CopiedToken] | None:
+    """A copy of the reply's own text (a similar function written before, after `seq`) given up
+    for the source where two of its tokens meet the source just after `home`, where the copy left
+    it (within `window` tokens and as many as it copied): past that, the source's text is this
+    function's (its operator, its name), the reply's another's. The copy, its head kept and the
+    source (`copy_at`: as the reply would copy it) after it; None where the reply's copy stands."""
+    s, reply_at = index.seq, index.reply_at
+    tokens = [t.token for t in copy]
+    for j in range(1, len(tokens)):
+        a, b = seq[-1] if j == 1 else tokens[j - 2], tokens[j - 1]
+        for h in range(max(home, 1), min(home + window + j, reply_at - 1)):
+            if s[h] != b or s[h - 1] != a or s[h + 1] == SEPARATOR:
+                continue
+            stop = index.copy_end(h + 1, h + 1 + len(tokens) - j)
+            rest, aligned = copy_at(seq + tokens[:j], h + 1, min(stop, reply_at))
+            if aligned is not None or not rest:  # (laid out, or nothing: the reply's copy stands)
+                return None
+            return copy[:j] + rest
+    return None
+
+
 class PromptLookup(Proposer):
-    """The copy. `stage`: whether the draft checks each span first (`staged`); `policy`: how the
-    copy behaves (`CopyPolicy`)."""
+    """The copy. `copy_policy`: how it behaves (`CopyPolicy`)."""
 
     name = "lookup"
 
-    def __init__(self, evidence: CopyEvidence | None = None, *, stage: bool = False,
-                 policy: CopyPolicy = SHIPPED):
+    def __init__(self, evidence: CopyEvidence | None = None, *, copy_policy: CopyPolicy = SHIPPED):
         self.evidence = evidence if evidence is not None else CopyEvidence()
-        self.stage = self.uses_draft = stage
-        self.policy = policy
-        self.index = SuffixIndex(min_match=policy.min_match, max_match=policy.max_match)
+        self.copy_policy = copy_policy
+        self.index = SuffixIndex(min_match=copy_policy.min_match, max_match=copy_policy.max_match)
         self.memory = EditMemory()
         self.layout = Layout()
         self.lines = LineRates()
@@ -303,7 +287,7 @@ class PromptLookup(Proposer):
         self.offer: Offer | None = None
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
-        p = self.policy
+        p = self.copy_policy
         self.index = SuffixIndex(ctx.prediction, prompt, min_match=p.min_match, max_match=p.max_match)
         self.memory = EditMemory(ctx.target if p.respell else None)  # its tokenizer spells renames
         self.layout = Layout(ctx.target if p.layout else None)
@@ -313,20 +297,26 @@ class PromptLookup(Proposer):
     # ------------------------------------------------------------------ where the copy starts
     def _start(self, seq: list[int]) -> Start | None:
         """Where this round's copy starts, moving the cursor; None: no copy continues the reply."""
-        s, c, p = self.index.seq, self.cursor, self.policy
-        held, c.held = c.held, False
+        s, c, p = self.index.seq, self.cursor, self.copy_policy
         resume, c.resume = c.resume, None
-        if held and c.at is not None and c.at < len(s) - 1:
-            if resume is not None and resume.token == seq[-1] and self._resumes(seq, resume):
+        if c.state is State.HELD:
+            assert c.at is not None
+            if c.at >= len(s) - 1:
+                self.cursor.move(Move.AT_END)
+            elif resume is not None and resume.token == seq[-1] and self._resumes(seq, resume):
                 # the target wrote on as the edit does: the copy goes on inside the substitution
                 c.run += 1
+                self.cursor.move(Move.RESUME)
                 return Start(resume.at, 0, p.max_match, self.evidence.bucket(c.run), drop=resume.written)
-            if s[c.at] == seq[-1]:  # the target's own token after the copy continued it
-                self.evidence.copied[seq[-1]] += 1
+            elif s[c.at] == seq[-1]:  # the target's own token after the copy continued it
+                self.evidence.followed[seq[-1]] += 1
                 self.layout.saw(s, c.at)
                 c.run += 1  # a copy that has held this long is as safe as a match as long
+                self.cursor.move(Move.FOLLOW)
                 return Start(c.at + 1, 0, p.max_match, self.evidence.bucket(c.run))
-            c.departure = Departure(c.at, len(seq) - 1)
+            else:
+                c.departure = Departure(c.at, len(seq) - 1)
+                self.cursor.move(Move.DEPART)
         if c.departure is not None and p.anchor and p.layout:
             found = self._relaid(seq, c.departure)
             if found is not None:
@@ -334,56 +324,62 @@ class PromptLookup(Proposer):
             if c.at is not None:  # the reply changed the text: find the source again
                 at = self.layout.find(s, c.at, seq[-8:])
                 if at is not None:
-                    c.departure = Departure(at[0], len(seq), at[1])
-                    return Start(at[0], at[1], p.min_match, self.evidence.bucket(p.min_match), projected=True)
+                    c.departure = Departure(at.at, len(seq), at.skip)
+                    self.cursor.move(Move.REFIND)
+                    bucket = self.evidence.bucket(p.min_match)
+                    return Start(at.at, at.skip, p.min_match, bucket, projected=True)
         match, end = self.index.match(c.at if p.anchor else None, p.align_window)
         b, aligned = self.evidence.bucket(match), match
         if match and end < self.index.reply_at:  # a copy of a source: no way home to keep
             c.home = None
         elif match and c.at is not None and c.at < self.index.reply_at:
             c.home = c.at  # a copy of the reply's own text: where it stood in the source
+        move = Move.MATCH
         if not match and p.anchor and c.at is not None:
             end, b = self.index.anchor(c.at, p.anchor_window), self.evidence.anchor_slot
             match = p.min_match if end else 0  # an anchor is worth a short match's span
-            aligned = 1
+            aligned, move = 1, Move.ANCHOR
         if not match:
+            self.cursor.move(Move.NO_COPY, c.resting())
             return None
         c.run = aligned
         if c.departure is not None:
             d, c.departure = c.departure, None
             if not d.skip:  # (a departure inside a token is the layout's)
                 self._learn(seq, d, end - aligned, len(seq) - aligned)
+        self.cursor.move(move)
         return Start(end, 0, match, b)
 
     def _resumes(self, seq: list[int], resume: Resume) -> bool:
         """Whether the copy from the edit's source position, edits made, starts with the reply's
         last `written` tokens (the reply is writing that substitution)."""
         s, at, written = self.index.seq, resume.at, resume.written
-        tokens, _, _ = self.memory.apply(s, at, min(len(s), at + MAX_REPLACED + 1))
-        return len(tokens) > written and tokens[:written] == seq[-written:]
+        edited = self.memory.apply(s, at, min(len(s), at + MAX_REPLACED + 1))
+        return len(edited) > written and [t.token for t in edited[:written]] == seq[-written:]
 
     def _relaid(self, seq: list[int], d: Departure) -> Start | None:
         """Where the copy goes on when the reply, since it departed at `d`, wrote its source
         again laid out otherwise (the same non-blank bytes); None where it wrote something
-        else. Where the two meet at a token boundary, the gaps between are learned."""
+        else. Where the two meet at a token boundary, the gaps are learned."""
         s, c = self.index.seq, self.cursor
-        start = (d.at, d.skip)
+        start = Position(d.at, d.skip)
         at = self.layout.project(s, start, seq[d.reply:])
-        if at is None or (not self.layout.active and (at == start or at[1])):
+        if at is None or (not self.layout.active and (at == start or at.skip)):
             return None  # (until the reply has laid out anew, it shows a layout where it meets the source)
-        if at[1] == 0 and at != start:
+        if at.skip == 0 and at != start:
             self.layout.learn(s, start, at, seq[:d.reply], seq[d.reply:])
-            c.departure = Departure(at[0], len(seq))
-        c.run = max(c.run + 1, self.policy.min_match)  # the reply followed the source a token more
-        return Start(at[0], at[1], c.run, self.evidence.bucket(c.run), projected=True)
+            c.departure = Departure(at.at, len(seq))
+        c.run = max(c.run + 1, self.copy_policy.min_match)  # the reply followed the source a token more
+        self.cursor.move(Move.RELAY)
+        return Start(at.at, at.skip, c.run, self.evidence.bucket(c.run), projected=True)
 
     def _learn(self, seq: list[int], d: Departure, at: int, reply: int) -> None:
         """The copy parted at `d` and resumed: the source from `at` again lines up with seq[reply:].
         What the reply wrote in between replaced what the source had, where the copy was of a
         source (the prompt, a predicted output), not of the reply."""
-        if d.at >= self.index.reply_at and not self.policy.reply_edits:
+        if d.at >= self.index.reply_at and not self.copy_policy.reply_edits:
             return  # a copy of the reply's own text (a similar function): it differs, no edit made
-        if self.policy.learn_edits and 0 < d.at <= at and d.reply <= reply:
+        if self.copy_policy.learn_edits and 0 < d.at <= at and d.reply <= reply:
             s = self.index.seq
             old, new = s[d.at:at], seq[d.reply:reply]
             prose = self.memory.in_prose(s, d.at)
@@ -393,38 +389,45 @@ class PromptLookup(Proposer):
     # ------------------------------------------------------------------ the proposal
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         proposal = self.continue_copy(ctx, seq)
-        return proposal if proposal is not None else Proposal()
+        return Proposal() if proposal is NO_COPY else proposal
 
-    def continue_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal | None:
-        """This round's proposal; None where no copy continues the reply (splice writes there)."""
+    def continue_copy(self, ctx: DecodeContext, seq: list[int]) -> Proposal | NoCopy:
+        """This round's proposal (empty: a plain step); NO_COPY where no copy continues the reply
+        (splice's draft may write there)."""
         self.index.extend(seq)
-        self.offer = None
+        self.offer, self.cursor.moves = None, []
+        c = self.cursor
+        if c.state is State.OFFERED:  # the last round's copy went unread
+            self.cursor.move(Move.UNREAD, c.resting())
         start = self._start(seq)
         if start is None:
-            return None
-        s, c, p = self.index.seq, self.cursor, self.policy
+            return NO_COPY
+        s, p = self.index.seq, self.copy_policy
         end, skip, drop = start.at, start.skip, start.drop
         stop = min(len(s), end + min(MAX_PROPOSAL, p.spec_factor * start.match, max(ctx.remaining - 1, 0)))
         stop = self.index.copy_end(end, stop)
         if stop <= end:
+            self.cursor.move(Move.EMPTY, c.resting())
             return Proposal()
         a = self.evidence.rate(start.bucket)
         assert ctx.costs is not None, "prompt lookup prices proposals with this machine's costs"
         costs = ctx.costs.at(len(seq))  # what a call costs at this depth of context
-        if self.stage and ctx.has_draft and costs.draft is not None and not skip and not drop:
-            k_staged, _ = best_staged_length(a, stop - end, costs.target, costs.draft)
-            return self._staged(ctx, seq, start, s[end:end + k_staged])
-        copied, aligned = self._copy(seq, end, stop, skip, drop)
+        checked = self._checked(ctx, seq, start, stop, a, costs)
+        if checked is not None:
+            return checked
+        copy, aligned = self._copy(seq, end, stop, skip, drop)
         if c.home is not None and p.return_home and aligned is None and not skip and not drop:
-            copied = self._homeward(seq, copied)
-        offer = self.offer = Offer(start.bucket, (end, skip), len(seq), copied)
-        room = copied[:max(ctx.remaining - 1, 0)]
+            copy = self._homeward(seq, copy)
+            if c.home is None:
+                self.cursor.move(Move.HOMEWARD)
+        offer = self.offer = Offer(start.bucket, Position(end, skip), len(seq), copy)
+        room = copy[:max(ctx.remaining - 1, 0)]
         cut = self._first_stop(room)
         if cut == 0:  # the target writes this one itself; the copy goes on after it
-            self._stand(start)
+            self._stand(start, Move.STOP_FIRST)
             return Proposal()
         room = room[:cut]
-        heads = [self.lines.head(s, t.after[0] - 1) for t in room]
+        heads = [self.lines.head(s, t.after.at - 1) for t in room]
         if p.line_rates:
             k = best_prefix(self.lines.rates(a, heads), costs.target)
         else:
@@ -433,56 +436,53 @@ class PromptLookup(Proposer):
             k = next((j for j in range(k, 0, -1) if aligned[j - 1]), k)
         if k == 0:  # too unsure to pay for a call
             if self.layout.active:  # in a reply laying out anew the copy still stands where it is
-                self._stand(start)
+                self._stand(start, Move.UNPAID_LAID)
+            else:
+                self.cursor.move(Move.UNPAID, c.resting())
             return Proposal()
-        c.resume = self._resume_at(copied, k, drop)
+        c.resume = self._resume_at(copy, k, drop)
         offer.heads = heads[:k]
         tokens = [t.token for t in room[:k]]
+        self.cursor.move(Move.PROPOSE)
         return Proposal(tokens, list(tokens), proposer="lookup", copied=len(tokens))
 
-    def _first_stop(self, copied: Sequence[CopiedToken]) -> int | None:
+    def _first_stop(self, copy: Sequence[CopiedToken]) -> int | None:
         """The first token copied as the source has it that the target refuses more often than
         it copies (the prompt's closing code fence, spelled otherwise by the reply)."""
         stops = self.evidence.stops_at
-        return next((i for i, t in enumerate(copied) if t.as_source and stops(t.token)), None)
+        return next((i for i, t in enumerate(copy) if t.as_source and stops(t.token)), None)
 
-    def _resume_at(self, copied: list[CopiedToken], k: int, drop: int) -> Resume | None:
+    def _resume_at(self, copy: list[CopiedToken], k: int, drop: int) -> Resume | None:
         """The copy's token k (the one after a proposal of k tokens) where a substitution wrote
         it; None: a token of the source as it is (or none)."""
-        if not self.policy.resume_edits or k >= len(copied) or copied[k].by < 0 or copied[k].laid >= 0:
+        if not self.copy_policy.resume_edits or k >= len(copy):
             return None
-        t, j = copied[k], k
-        while j > 0 and copied[j - 1].by == t.by and copied[j - 1].after == t.after:
+        t, j = copy[k], k
+        if t.by is None or t.laid is not None:
+            return None
+        while j > 0 and copy[j - 1].by == t.by and copy[j - 1].after == t.after:
             j -= 1
         written = k - j + 1 + (drop if j == 0 else 0)
-        return Resume(t.token, t.after[0] - self.memory.substitution(t.by).width, written)
+        return Resume(t.token, t.after.at - self.memory.substitution(t.by).width, written)
 
-    def _homeward(self, seq: list[int], copied: list[CopiedToken]) -> list[CopiedToken]:
-        """A copy of the reply's own text (a similar function written before) given up for the
-        source where two of its tokens meet the source just after where the copy left it: past
-        that, the source's text is this function's (its operator, its name), the reply's another's."""
-        c, s, reply_at = self.cursor, self.index.seq, self.index.reply_at
-        assert c.home is not None
-        tokens = [t.token for t in copied]
-        for j in range(1, len(tokens)):
-            a, b = seq[-1] if j == 1 else tokens[j - 2], tokens[j - 1]
-            for h in range(max(c.home, 1), min(c.home + self.policy.anchor_window + j, reply_at - 1)):
-                if s[h] != b or s[h - 1] != a or s[h + 1] == SEPARATOR:
-                    continue
-                stop = self.index.copy_end(h + 1, h + 1 + len(tokens) - j)
-                rest, aligned = self._copy(seq + tokens[:j], h + 1, min(stop, reply_at))
-                if aligned is not None or not rest:  # the reply's copy stands
-                    return copied
-                c.home = None
-                return copied[:j] + rest
-        return copied
+    def _homeward(self, seq: list[int], copy: list[CopiedToken]) -> list[CopiedToken]:
+        """A copy of the reply's own text given up for the source where they meet (`homeward`)."""
+        assert self.cursor.home is not None
+        home = homeward(self.index, seq, copy, self.cursor.home, self.copy_policy.anchor_window, self._copy)
+        if home is None:  # the reply's copy stands
+            return copy
+        self.cursor.home = None
+        return home
 
-    def _stand(self, start: Start) -> None:
+    def _stand(self, start: Start, move: Move) -> None:
         """No proposal this round, but the copy stands where it started: the target's token is
-        read against it next round."""
+        read against it next round (a projected copy keeps its departure: the next round reads
+        the reply from there again)."""
         if not start.projected and not start.skip:
-            self.cursor.held, self.cursor.at = True, start.at
-        # a projected copy keeps its departure: the next round reads the reply from there again
+            self.cursor.at = start.at
+            self.cursor.move(move, State.HELD)
+        else:
+            self.cursor.move(move, State.DEPARTED)
 
     def _copy(self, seq: list[int], start: int, stop: int, skip: int = 0,
               drop: int = 0) -> tuple[list[CopiedToken], list[bool] | None]:
@@ -491,26 +491,89 @@ class PromptLookup(Proposer):
         copy them: edits made, laid out as it lays them out; with whether each ends where a
         source token ends (None: all do)."""
         s = self.index.seq
-        tokens, after, by = self.memory.apply(s, start, stop)
+        edited = self.memory.apply(s, start, stop)
         if drop:
-            tokens, after, by = tokens[drop:], after[drop:], by[drop:]
+            edited = edited[drop:]
         laid = None
         # (no copy laid out from a substitution half written)
-        if not drop and (not skip or (by and by[0] < 0)):
-            laid = self.layout.apply(seq, s, (start, skip), tokens, after, by)
+        if not drop and (not skip or (edited and edited[0].by is None)):
+            laid = self.layout.apply(seq, s, Position(start, skip), edited)
         if laid is None:
             if skip:  # a token half written is copied only laid out
                 return [], None
-            return [CopiedToken(t, (a, 0), w) for t, a, w in zip(tokens, after, by, strict=True)], None
+            return [CopiedToken(t.token, Position(t.after), t.by) for t in edited], None
         n = laid.unknown if laid.unknown is not None and self.layout.active else len(laid.tokens)
         # up to a gap it cannot tell, and what is kept of each token with it
-        copied = [CopiedToken(*t) for t in zip(laid.tokens[:n], laid.after[:n], laid.by[:n], laid.rules[:n],
-                                                 strict=True)]
-        return copied, [b == 0 for _, b in laid.after[:n]]
+        kept = laid.tokens[:n]
+        return [CopiedToken(t.token, t.after, t.by, t.rule) for t in kept], [t.after.skip == 0 for t in kept]
 
-    def _staged(self, ctx: DecodeContext, seq: list[int], start: Start, follow: list[int]) -> Proposal:
-        """The draft reads the span in one decode; keep what it agrees with, plus its own
-        token where it first disagrees (or after the span)."""
+    def _checked(self, ctx: DecodeContext, seq: list[int], start: Start, stop: int, a: float,
+                 costs: Costs) -> Proposal | None:
+        """The round's proposal where the draft checks the copy first (`StagedLookup`); None: the
+        target alone checks it."""
+        return None
+
+    # ------------------------------------------------------------------ what a splice composes
+    def copy_from(self, seq: list[int], start: int, stop: int) -> list[CopiedToken]:
+        """The source from position `start` to `stop` as the reply `seq` would copy it (edits
+        made, laid out), ending before a token the target refuses more often than it copies."""
+        copy, _ = self._copy(seq, start, stop)
+        return copy[:self._first_stop(copy)]
+
+    def offer_copy(self, copy: list[CopiedToken], start: int, reply: int) -> None:
+        """A copy proposed after tokens written otherwise: anchored at source `start`, from reply
+        position `reply` on; `feedback` then reads it as this round's copy."""
+        self.offer = Offer(self.evidence.anchor_slot, Position(start), reply, copy)
+        self.cursor.move(Move.OFFER_AFTER_WRITING)
+
+    def learn_departure(self, seq: list[int], at: int, reply: int) -> None:
+        """The reply, departed from the copy, lines up with the source again (the source from
+        `at` with seq[reply:]): what it wrote in between is learned as an edit of that source."""
+        d, self.cursor.departure = self.cursor.departure, None
+        if d is not None:
+            self._learn(seq, d, at, reply)
+            self.cursor.move(Move.LEARN_DEPARTURE)
+
+    # ------------------------------------------------------------------ what the target kept
+    def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
+        offer, c = self.offer, self.cursor
+        if not proposal.tokens or offer is None:
+            return
+        n = len(proposal)
+        self.evidence.add(offer.bucket, accepted, stopped=accepted < n)
+        for i, t in enumerate(proposal.tokens[:accepted + 1]):
+            if offer.copy[i].as_source:  # what the target did with a token as its source has it
+                (self.evidence.followed if i < accepted else self.evidence.refused)[t] += 1
+        self.memory.score([t.by for t in offer.copy[:n]], accepted)
+        self.layout.score([t.laid for t in offer.copy[:n]], accepted)
+        if len(offer.heads) == n:  # (a splice's copy after written tokens has none)
+            self.lines.score(offer.heads, accepted)
+        if accepted >= n:
+            c.at, skip = offer.copy[n - 1].after
+            c.departure = None
+            if skip:  # the copy stopped inside a token: read the reply from there
+                c.departure = Departure(c.at, offer.reply + n, skip)
+            c.run += n
+            self.cursor.move(Move.ACCEPTED, State.DEPARTED if skip else State.HELD)
+        else:  # the first source byte the reply did not copy; the reply's token in its place
+            c.at, skip = offer.copy[accepted - 1].after if accepted else offer.start
+            c.departure = Departure(c.at, offer.reply + accepted, skip)
+            self.cursor.move(Move.REFUSED)
+
+
+class StagedLookup(PromptLookup):
+    """The copy, each span checked by the draft first (`staged`: the module's docstring)."""
+
+    uses_draft = True
+
+    def _checked(self, ctx: DecodeContext, seq: list[int], start: Start, stop: int, a: float,
+                 costs: Costs) -> Proposal | None:
+        if not ctx.has_draft or costs.draft is None or start.skip or start.drop:
+            return None
+        k, _ = best_staged_length(a, stop - start.at, costs.target, costs.draft)
+        follow = self.index.seq[start.at:start.at + k]
+        # the draft reads the span in one decode; keep what it agrees with, plus its own token
+        # where it first disagrees (or after the span)
         out = ctx.draft_step(seq + follow, n_logits=len(follow) + 1)
         choice = np.argmax(out.logits, axis=1)
         cut = 0
@@ -519,55 +582,19 @@ class PromptLookup(Proposer):
         tokens = list(follow[:cut])
         if cut < ctx.remaining - 1 and not (tokens and ctx.text_eog(tokens[-1])):
             tokens.append(int(choice[cut]))
-        self.offer = Offer(start.bucket, (start.at, start.skip), len(seq), [], staged=(len(follow), cut))
+        self.offer = Offer(start.bucket, Position(start.at, start.skip), len(seq), [],
+                           staged=(len(follow), cut))
+        self.cursor.move(Move.STAGED)
         return Proposal(tokens, list(tokens), proposer="staged", copied=len(follow),
                         drafted=len(tokens) - cut)
 
-    # ------------------------------------------------------------------ what a splice composes
-    def copy_from(self, seq: list[int], start: int, stop: int) -> list[CopiedToken]:
-        """The source from position `start` to `stop` as the reply `seq` would copy it (edits
-        made, laid out), ending before a token the target refuses more often than it copies."""
-        copied, _ = self._copy(seq, start, stop)
-        return copied[:self._first_stop(copied)]
-
-    def offer_copy(self, copied: list[CopiedToken], start: int, reply: int) -> None:
-        """A copy proposed after tokens written otherwise: anchored at source `start`, from reply
-        position `reply` on; `feedback` then reads it as this round's copy."""
-        self.offer = Offer(self.evidence.anchor_slot, (start, 0), reply, copied)
-
-    def learn_departure(self, seq: list[int], at: int, reply: int) -> None:
-        """The reply, departed from the copy, lines up with the source again (the source from
-        `at` with seq[reply:]): what it wrote in between is learned as an edit of that source."""
-        d, self.cursor.departure = self.cursor.departure, None
-        if d is not None:
-            self._learn(seq, d, at, reply)
-
-    # ------------------------------------------------------------------ what the target kept
     def feedback(self, ctx: DecodeContext, proposal: Proposal, accepted: int) -> None:
         offer, c = self.offer, self.cursor
-        if not proposal.tokens or offer is None:
+        if not proposal.tokens or offer is None or offer.staged is None:
+            super().feedback(ctx, proposal, accepted)
             return
-        if offer.staged is not None:  # the draft's agreement stands in for the target's on the cut part
-            span, cut = offer.staged
-            copied = min(cut, accepted)
-            self.evidence.add(offer.bucket, copied, stopped=copied < span)
-            c.at = offer.start[0] + copied
-            return
-        n = len(proposal)
-        self.evidence.add(offer.bucket, accepted, stopped=accepted < n)
-        for i, t in enumerate(proposal.tokens[:accepted + 1]):
-            if offer.copied[i].as_source:  # what the target did with a token as its source has it
-                (self.evidence.copied if i < accepted else self.evidence.refused)[t] += 1
-        self.memory.score([t.by for t in offer.copied[:n]], accepted)
-        self.layout.score([t.laid for t in offer.copied[:n]], accepted)
-        if len(offer.heads) == n:  # (a splice's copy after written tokens has none)
-            self.lines.score(offer.heads, accepted)
-        if accepted >= n:
-            c.at, skip = offer.copied[n - 1].after
-            c.held, c.departure = not skip, None
-            if skip:  # the copy stopped inside a token: read the reply from there
-                c.departure = Departure(c.at, offer.reply + n, skip)
-            c.run += n
-        else:  # the first source byte the reply did not copy; the reply's token in its place
-            c.at, skip = offer.copied[accepted - 1].after if accepted else offer.start
-            c.departure = Departure(c.at, offer.reply + accepted, skip)
+        span, cut = offer.staged  # the draft's agreement stands in for the target's on the cut part
+        agreed = min(cut, accepted)
+        self.evidence.add(offer.bucket, agreed, stopped=agreed < span)
+        c.at = offer.start.at + agreed
+        c.move(Move.STAGED_READ, c.resting())

@@ -6,10 +6,10 @@ parameter, an f-string for each `%` format). Prompt lookup has nothing to propos
 every token the copy cannot give costs a plain target step. Here, where no copy continues the
 reply but one stood before (the reply is reworking a source), the draft writes greedily, up to
 `write_len` tokens; as soon as what it wrote lines up with the source again (its last token,
-two where they agree, found in the anchor window after where the copy stood) the copy's
-continuation follows, with the edits learned so far made. The target checks the written
-tokens and the copy in one call. Every token is a point mass (a greedy draft token, a copied
-token), so the p/q test keeps the output the target's.
+two where they agree, found after where the copy stood within the copy policy's anchor window
+widened by what it wrote) the copy's continuation follows, with the edits learned so far made.
+The target checks the written tokens and the copy in one call. Every token is a point mass (a
+greedy draft token, a copied token), so the p/q test keeps the output the target's.
 
 Writing is priced per segment from this machine's costs at the current depth: the draft's
 catch-up over the tokens it has not read (one call), its steps, and the target rows the
@@ -30,14 +30,8 @@ from ...costs.evidence import Rate
 from ...costs.pricing import best_prefix
 from .base import Proposal, Proposer
 from .copy_evidence import CopyEvidence
-from .prompt_lookup import (
-    ANCHOR_WINDOW,
-    MAX_PROPOSAL,
-    SHIPPED,
-    CopiedToken,
-    CopyPolicy,
-    PromptLookup,
-)
+from .copy_state import NO_COPY
+from .prompt_lookup import MAX_PROPOSAL, SHIPPED, CopiedToken, CopyPolicy, PromptLookup
 
 if TYPE_CHECKING:
     from ..context import DecodeContext
@@ -68,14 +62,14 @@ class Written:
 
 class Splice(Proposer):
     """The copy (`PromptLookup`), and the draft writing where it departs (the module's docstring).
-    `policy`: the copy's."""
+    `copy_policy`: the copy's (its anchor window is where the written tokens look for the source)."""
 
     name = "splice"
     uses_draft = True
 
     def __init__(self, evidence: CopyEvidence | None = None, writes: WriteEvidence | None = None, *,
-                 write_len: int = 8, policy: CopyPolicy = SHIPPED):
-        self.copy = PromptLookup(evidence, policy=policy)
+                 write_len: int = 8, copy_policy: CopyPolicy = SHIPPED):
+        self.copy = PromptLookup(evidence, copy_policy=copy_policy)
         self.writes = writes if writes is not None else WriteEvidence()
         self.write_len = write_len
         self.written: Written | None = None  # the last proposal's written part
@@ -88,10 +82,10 @@ class Splice(Proposer):
     def propose(self, ctx: DecodeContext, seq: list[int]) -> Proposal:
         self.written = None
         proposal = self.copy.continue_copy(ctx, seq)
-        if proposal is not None:
+        if proposal is not NO_COPY:
             return proposal
-        copied_before = self.copy.cursor.at is not None  # the reply is reworking a source
-        if not copied_before or not ctx.has_draft or ctx.remaining <= 2 or not self._pays(ctx, seq):
+        reworking = self.copy.cursor.at is not None  # the reply is reworking a source (a copy stood)
+        if not reworking or not ctx.has_draft or ctx.remaining <= 2 or not self._pays(ctx, seq):
             return Proposal()
         tokens, resume, aligned = self._draft(ctx, seq)
         if not tokens:
@@ -117,6 +111,7 @@ class Splice(Proposer):
         `write_len`, an end token, the budget): (tokens, source position the copy resumes at or
         0, tokens lined up)."""
         stood, index = self.copy.cursor.at, self.copy.index
+        window = self.copy.copy_policy.anchor_window
         assert stood is not None
         tokens: list[int] = []
         room = min(self.write_len, ctx.remaining - 2)
@@ -127,7 +122,7 @@ class Splice(Proposer):
             if ctx.text_eog(token):
                 break
             # the source may have lost about as many tokens as the reply wrote
-            resume = index.anchor(stood, ANCHOR_WINDOW + len(tokens), tail=tokens)
+            resume = index.anchor(stood, window + len(tokens), tail=tokens)
             if resume:
                 s = index.seq
                 aligned = 2 if len(tokens) >= 2 and resume >= 2 and s[resume - 2] == tokens[-2] else 1
@@ -170,6 +165,6 @@ class Splice(Proposer):
         self.writes.length.add(float(w.tokens), 1)
         # what the reply wrote since the departure replaced that source
         self.copy.learn_departure(w.reply, w.resume - w.aligned, len(w.reply) - w.aligned)
-        copied = Proposal(proposal.tokens[w.tokens:], proposal.q[w.tokens:], proposer="lookup",
-                          copied=len(proposal) - w.tokens)
-        self.copy.feedback(ctx, copied, accepted - w.tokens)
+        copied_part = Proposal(proposal.tokens[w.tokens:], proposal.q[w.tokens:], proposer="lookup",
+                               copied=len(proposal) - w.tokens)
+        self.copy.feedback(ctx, copied_part, accepted - w.tokens)
