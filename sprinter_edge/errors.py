@@ -72,6 +72,11 @@ class TargetLostError(BackendError):
         self.at_load = at_load
 
 
+class EngineStoppedError(BackendError):
+    """The server's engine process stopped (an abort inside llama.cpp, a kill, its target lost) or
+    is loading again after one (serving/supervisor.py): the server answers 503 meanwhile."""
+
+
 class DiskError(SprinterError):
     """The cache could not be written: the disk is full (or another OSError while writing)."""
 

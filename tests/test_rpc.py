@@ -19,9 +19,9 @@ import pytest
 from sprinter_edge.backend import llama_tools
 from sprinter_edge.backend.rpc import dial, parse_endpoints
 from sprinter_edge.bench import network
-from sprinter_edge.bench.llama_server import free_port
 from sprinter_edge.bench.netdelay import DelayProxy
 from sprinter_edge.errors import BackendError, SettingsError
+from sprinter_edge.processes import free_port
 
 PROMPT = "List the days of the week:"
 LONG = "Write a long essay about the history of computers."  # 500 tokens and more, greedy
@@ -136,6 +136,9 @@ def test_a_server_killed_mid_reply_ends_it_with_one_line(rpc_server: network.Rpc
 def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: network.RpcServer,
                                                                   fixture_target_path: Path,
                                                                   tmp_path: Path) -> None:
+    """The engine's worker process ends with its rpc-server; the server itself stays (the same
+    process, never started again), answers 503 meanwhile, and a new worker serves once the
+    rpc-server is back."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("w")
@@ -146,13 +149,16 @@ def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: netw
                              env={**os.environ, "SPRINTER_EDGE_EXTRA_BUFFERS": "0"})
 
     def health() -> int:
+        return health_body()[0]
+
+    def health_body() -> tuple[int, dict]:
         try:
             with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                return r.status
+                return r.status, json.load(r)
         except urllib.error.HTTPError as exc:
-            return exc.code
+            return exc.code, json.load(exc)
         except OSError:
-            return 0
+            return 0, {}
 
     def wait_ready(timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -168,6 +174,7 @@ def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: netw
 
     try:
         wait_ready()
+        before = health_body()[1]
         with urllib.request.urlopen(post(400, True), timeout=60) as resp:
             for _ in range(10):  # a few tokens in
                 assert resp.readline().startswith(b"data:")
@@ -178,16 +185,21 @@ def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: netw
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(post(8, False), timeout=30)
         assert err.value.code == 503 and "went away" in err.value.read().decode()
-        assert health() == 503
-        rpc_server.start()  # back on the same port: serve starts afresh and answers again
+        status, body = health_body()
+        assert status == 503 and body["status"] == "restarting" and "went away" in body["error"]
+        rpc_server.start()  # back on the same port: a new worker loads and answers
         wait_ready()
         with urllib.request.urlopen(post(8, False), timeout=60) as resp:
             assert json.load(resp)["choices"][0]["message"]["content"]
+        after = health_body()[1]
+        assert after["pid"] == before["pid"] == serve.pid and after["worker_pid"] != before["worker_pid"]
     finally:
         serve.terminate()
         serve.wait(20)
         log.close()
-    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    text = (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in text and "ggml_abort" not in text
+    assert text.count("sprinter-edge serve: model") == 1  # the server never started again
 
 
 def test_costs_are_kept_per_route(fixture_target_path: Path) -> None:

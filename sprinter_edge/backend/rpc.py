@@ -9,10 +9,10 @@ Faults. llama.cpp's RPC client aborts the process when a server is not there or 
 (`GGML_ABORT`, a C backtrace). So: a server is dialled before llama.cpp is (one line of error
 when it is not there); the sockets llama.cpp opens get TCP keepalive and a user timeout (a peer
 that vanishes without a reset is found in ~30 s, not never); and an abort callback turns the
-abort into a `TargetLostError` handed to `on_lost`'s handler, which by default prints one line
-and exits. The thread llama.cpp aborted in cannot go on (C++ frames sit under it): a handler
-that must keep the process alive (the server) parks it, and the lost target is never used again
-in this process.
+abort into a `TargetLostError` handed to `on_lost`'s handler (by default: one line on stderr),
+after which the process ends with the error's exit code. The thread llama.cpp aborted in cannot
+go on (C++ frames sit under it), so no process that loaded a lost target lives on: `serve` keeps
+the engine in a worker process of its own and starts a new one (serving/supervisor.py).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class Devices:
             raise BackendError("this llama-cpp-python was built without llama.cpp's RPC backend: "
                                "run tools/setup.sh again (it builds with -DGGML_RPC=ON)")
         add_server = _AddServer(lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server"))
-        guard_aborts()
+        watch_aborts()
         devices: list[int] = []
         for endpoint in self.endpoints:
             _Watch.dialling = endpoint
@@ -211,35 +211,32 @@ def _set_keepalive(s: socket.socket) -> None:
 
 # ------------------------------------------------------------------------------ aborts
 
-def exit_on_lost(exc: TargetLostError) -> None:
-    """The default: one line on stderr, the error's exit code (a CLI's reply ends there)."""
+def print_lost(exc: TargetLostError) -> None:
+    """The default: one line on stderr (a CLI's reply ends there)."""
     sys.stderr.write(f"\nsprinter-edge: error: {exc}\n")
     sys.stderr.flush()
-    os._exit(exc.exit_code)
 
 
 class _Watch:
-    """What the abort callback needs to know: who to tell, which servers are in use, which one
-    llama.cpp is saying hello to."""
+    """What the abort callback needs to know (this process's): who to tell, which servers are
+    in use, which one llama.cpp is saying hello to."""
 
-    handler: Callable[[TargetLostError], None] = staticmethod(exit_on_lost)
+    handler: Callable[[TargetLostError], None] = staticmethod(print_lost)
     in_use: list[str] = []
     dialling: str | None = None
-    guarded = False
+    watching = False
 
 
 def on_lost(handler: Callable[[TargetLostError], None]) -> None:
-    """What happens when llama.cpp aborts while a target is on rpc-servers: `handler` gets the
-    error on the thread llama.cpp aborted in. If it returns, that thread is parked for good."""
+    """Who hears of it when llama.cpp aborts while a target is on rpc-servers: `handler` gets the
+    error on the thread llama.cpp aborted in (or the hello's timer), then the process ends with
+    the error's exit code (serving/engine_process.py tells the server)."""
     _Watch.handler = handler
 
 
 @_AbortCallback
 def _abort_callback(message: bytes | None) -> None:
-    try:
-        _report((message or b"").decode(errors="replace").strip())
-    finally:
-        threading.Event().wait()  # never return into llama.cpp: it would abort()
+    _report((message or b"").decode(errors="replace").strip())  # never returns into llama.cpp
 
 
 def _report(text: str) -> None:
@@ -250,13 +247,16 @@ def _report(text: str) -> None:
     else:
         where = ", ".join(_Watch.in_use) or "?"
         error = TargetLostError(f"the target's rpc-server at {where} went away ({text})")
-    _Watch.handler(error)
+    try:
+        _Watch.handler(error)
+    finally:  # llama.cpp cannot go on: returning into it would abort() with a C backtrace
+        os._exit(error.exit_code)
 
 
-def guard_aborts() -> None:
-    if not _Watch.guarded:
+def watch_aborts() -> None:
+    if not _Watch.watching:
         _ggml().ggml_set_abort_callback(ctypes.cast(_abort_callback, ctypes.c_void_p))
-        _Watch.guarded = True
+        _Watch.watching = True
 
 
 def note_in_use(endpoints: Sequence[str]) -> None:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from fnmatch import fnmatch
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..backend.rpc import dial
@@ -22,6 +23,7 @@ from .common import (
 from .extras import require
 
 if TYPE_CHECKING:
+    from ..serving.engine_process import WorkerSpec
     from ..serving.models import ServedModels
 
 
@@ -49,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "models` finds)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
                    help="uvicorn log level (default: %(default)s)")
+    p.add_argument("--in-process", action="store_true",
+                   help="for debugging and measuring: run the engine on a thread of the server's own "
+                        "process, not in a worker process the server restarts when it fails (an abort "
+                        "inside llama.cpp then ends the server)")
     add_cache_ram_arg(p)
     add_decoding_args(p, max_tokens_default=None)
     add_model_args(p)
@@ -80,10 +86,21 @@ def run(args: argparse.Namespace) -> int:
               flush=True)
     for endpoint in engine.hardware.target_rpc:  # one line now, not a failed load after listening
         dial(endpoint)
+    spec = None if args.in_process else worker_spec(args, engine, models)
     serve(engine, model_id=model_id, host=args.host, port=args.port, defaults=defaults,
-          log_level=args.log_level, on_target_lost=restart_when_back if engine.hardware.target_rpc else None,
-          models=models)
+          log_level=args.log_level, models=models, spec=spec)
     return 0
+
+
+def worker_spec(args: argparse.Namespace, engine: Any, models: ServedModels | None) -> WorkerSpec:
+    """What the engine's worker process builds the same engine, and the models offered, from."""
+    from ..serving.engine_process import WorkerSpec
+
+    levels = {name: logging.getLogger(name).level
+              for name in ("", "sprinter_edge.serving", "sprinter_edge.llama_cpp")}
+    return WorkerSpec(engine.target_path, engine.draft_path, engine_kwargs(args), pair=engine.pair,
+                      offers=tuple(models.offers.values()) if models is not None else (),
+                      log_levels=levels)
 
 
 def served_models(args: argparse.Namespace, engine: Any, model_id: str) -> ServedModels | None:
@@ -91,8 +108,7 @@ def served_models(args: argparse.Namespace, engine: Any, model_id: str) -> Serve
     (catalog/local.py), each with the draft found for it, limited by --models or the config
     file's `serve` list. None (the default alone) with `--models none` or a target on
     rpc-servers."""
-    from ..api import Engine
-    from ..serving.models import Offer, ServedModels
+    from ..serving.models import Offer, ServedModels, offer_engine
 
     patterns = ([p.strip() for p in args.models.split(",") if p.strip()] if args.models is not None
                 else local.load_config().get("serve"))
@@ -112,31 +128,4 @@ def served_models(args: argparse.Namespace, engine: Any, model_id: str) -> Serve
             print(f"sprinter-edge serve: --models {p!r} matches none of the models found here "
                   "(`sprinter-edge models` lists them)", file=sys.stderr)
     default = Offer(model_id, engine.target_path, engine.draft_path)
-    kwargs = engine_kwargs(args)
-    return ServedModels(default, engine, offers,
-                        make=lambda offer: Engine.from_files(offer.draft, offer.target, **kwargs))
-
-
-def restart_when_back(endpoints: tuple[str, ...]) -> None:
-    """After the target's rpc-server went away (the server answers 503 meanwhile): wait until
-    every endpoint answers again, then start this same command afresh in this process (the lost
-    target cannot be loaded again in it; llama.cpp keeps the dead connection)."""
-    import os
-    import threading
-    import time
-
-    from ..errors import BackendError
-
-    def wait_and_restart() -> None:
-        while True:
-            time.sleep(2.0)
-            try:
-                for endpoint in endpoints:
-                    dial(endpoint, timeout=2.0)
-            except BackendError:
-                continue
-            print("sprinter-edge serve: the rpc-server answers again: restarting", file=sys.stderr,
-                  flush=True)
-            os.execv(sys.executable, [sys.executable, "-m", "sprinter_edge", *sys.argv[1:]])
-
-    threading.Thread(target=wait_and_restart, name="sprinter-edge-rpc-watch", daemon=True).start()
+    return ServedModels(default, engine, offers, make=partial(offer_engine, engine_kwargs(args)))

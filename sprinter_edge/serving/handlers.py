@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.resources import files
 from typing import Any
 
@@ -19,7 +21,6 @@ from ..api import Engine
 from ..decoding import SamplingParams
 from ..errors import GrammarError
 from ..grammar import Constraint
-from ..prompting import prompt_tokens, render_chat
 from .jobs import body_constraint, collect, stream_response, submit, wait_started
 from .models import ServedModels
 from .responses import (
@@ -35,14 +36,14 @@ from .responses import (
     validation_message,
 )
 from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
+from .supervisor import SupervisedWorker
 from .tools import (
     CLOSE,
     ToolCallError,
     ToolStream,
     needs_tool_rendering,
     parse_reply,
-    render_messages,
-    template_support,
+    tool_prompt,
 )
 from .worker import EngineWorker, PromptBuilder
 
@@ -52,10 +53,11 @@ router = APIRouter()
 @dataclass
 class ServerState:
     """What the handlers serve: one engine behind its worker, under one model id, or, with
-    `models`, the models it offers, the default one first (serving/models.py)."""
+    `models`, the models it offers, the default one first (serving/models.py). `engine` names
+    the settings; with a worker process (supervisor.py) it is never loaded here."""
 
     engine: Engine
-    worker: EngineWorker
+    worker: EngineWorker | SupervisedWorker
     model_id: str
     defaults: SamplingParams
     created: int  # when the server started, for /v1/models
@@ -120,17 +122,18 @@ async def health(request: Request) -> Any:
     c = s.worker.counters
     body = {"status": "ok", "model": s.model_id, "method": s.engine.settings.method, "busy": c.busy,
             "queued": s.worker.queued, "completed": c.completed, "cancelled": c.cancelled,
-            "failed": c.failed, "totals": c.totals()}
-    if s.worker.state != "ready":  # as llama.cpp's server: 503 while the models load
+            "failed": c.failed, "totals": c.totals(), "pid": os.getpid(), "worker_pid": s.worker.pid}
+    if s.worker.state != "ready":  # as llama.cpp's server: 503 while the models load (or reload)
         body["status"] = s.worker.state
         if s.worker.load_error is not None:
             body["error"] = str(s.worker.load_error)
         return JSONResponse(body, status_code=503)
-    # where the layers are: a word or two for the page, and the line `--stats` prints
-    engine = s.worker.engine  # the model that ran last
-    body["layers_on"], body["layers"] = engine.models.layers_on(), engine.models.placement()
-    if s.models is not None:
-        body["models_loaded"] = s.models.loaded()
+    # where the layers are (of the model that ran last): a word or two for the page, and the
+    # line `--stats` prints
+    placement = s.worker.placement()
+    body["layers_on"], body["layers"] = placement.layers_on, placement.layers
+    if placement.models_loaded is not None:
+        body["models_loaded"] = placement.models_loaded
     return body
 
 
@@ -214,14 +217,7 @@ def plan_chat(req: ChatCompletionRequest) -> ChatPlan:
                     constraint=tool_constraint(req, mode))
     if plan.tools or needs_tool_rendering(messages):
         tools = [t.to_dict() for t in req.tools or ()] if plan.tools else None
-
-        def build(engine: Engine) -> list[int]:  # runs on the worker thread
-            model = engine.text_model
-            msgs, template_tools = render_messages(messages, tools, template_support(model.chat_template))
-            text = render_chat(model, msgs, tools=template_tools)
-            return prompt_tokens(model, text, chat_rendered=True)
-
-        plan.prompt = build
+        plan.prompt = partial(tool_prompt, messages, tools)  # rendered by the worker
     return plan
 
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from fastapi.responses import StreamingResponse
 
 from ..decoding import Chunk, GenerationResult, SamplingParams
-from ..errors import ContextOverflowError, GrammarError, SprinterError, TargetLostError
+from ..errors import ContextOverflowError, EngineStoppedError, GrammarError, SprinterError, TargetLostError
 from ..grammar import Constraint
 from ..verifiers.operating_point import OperatingPoint
 from .responses import (
@@ -25,6 +25,7 @@ from .responses import (
     stream_error_event,
 )
 from .schemas import ChatCompletionRequest, CompletionRequest
+from .supervisor import SupervisedWorker
 from .tools import ToolCallError
 from .worker import EngineWorker, Job
 
@@ -94,7 +95,7 @@ def request_params(req: ChatCompletionRequest | CompletionRequest, defaults: Sam
     return params, point
 
 
-def submit(worker: EngineWorker, defaults: SamplingParams,
+def submit(worker: EngineWorker | SupervisedWorker, defaults: SamplingParams,
            req: ChatCompletionRequest | CompletionRequest, prompt: Any, *, chat: bool,
            logprobs: int | None = None, extra_stops: Sequence[str] = (),
            tool_constraint: Constraint | None = None, model: str | None = None) -> Job:
@@ -109,14 +110,15 @@ def submit(worker: EngineWorker, defaults: SamplingParams,
 
 async def wait_started(job: Job) -> None:
     """Wait until the worker has accepted the job; a refusal is a 400 (a bad request), a 503
-    (the target's rpc-server went away) or a 500 (anything else)."""
+    (no engine now: its worker process ended and is restarting, its rpc-server went away) or a
+    500 (anything else)."""
     try:
         event, value = await job.events.get()
     except BaseException:
         job.cancel()
         raise
     if event == "error":
-        if isinstance(value, TargetLostError):  # the server's fault, not the request's
+        if isinstance(value, (TargetLostError, EngineStoppedError)):  # the server's, not the request's
             raise ApiError(503, str(value), type_="server_error")
         status = 400 if isinstance(value, (SprinterError, ValueError)) else 500
         code = "context_length_exceeded" if isinstance(value, ContextOverflowError) else None

@@ -2,9 +2,9 @@
 
 The server starts with one engine, the default model (its pair, or `--target`). It may offer more
 (`serve` offers the GGUF models found on this machine, catalog/local.py): a request whose `model`
-names one gets it, loaded on first use on the worker thread, with the draft found for it; a name
-the server does not offer gets the default, as llama.cpp's server does, and the reply's `model`
-says which ran.
+names one gets it, loaded on first use by the worker (engine_process.py), with the draft found
+for it; a name the server does not offer gets the default, as llama.cpp's server does, and the
+reply's `model` says which ran.
 
 Memory: before loading a model, the least recently used engines are closed until its files
 (target and draft) fit in the memory available now (Linux's MemAvailable). Where that is not
@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..api import Engine
 
@@ -66,9 +67,15 @@ def available_memory() -> int | None:
     return None
 
 
+def offer_engine(engine_kwargs: dict[str, Any], offer: Offer) -> Engine:
+    """An engine for `offer` under the server's settings (a module-level function: it crosses to
+    the worker process, engine_process.py, as a functools.partial)."""
+    return Engine.from_files(offer.target, draft=offer.draft, **engine_kwargs)
+
+
 class ServedModels:
     """The default model (its engine given, already loading) and the others offered, each
-    loaded on first use. `engine()` runs on the worker thread only."""
+    loaded on first use. `engine()` runs in the worker only; the server reads the ids."""
 
     def __init__(self, default: Offer, engine: Engine, offers: Sequence[Offer] = (),
                  make: Callable[[Offer], Engine] | None = None,

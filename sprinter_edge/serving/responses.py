@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ..decoding import Chunk, GenerationResult, TokenLogprob
+from ..errors import EngineStoppedError
 from .tools import ToolCall, ToolStream
 
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
@@ -50,7 +51,10 @@ def error_response(status: int, message: str, type_: str = "invalid_request_erro
 
 
 def generation_failed(exc: BaseException) -> ApiError:
-    return ApiError(500, f"generation failed: {exc}", type_="server_error")
+    """A started reply that failed: a 500, or a 503 where the engine's worker ended under it
+    (serving/supervisor.py: a new one is loading)."""
+    return ApiError(503 if isinstance(exc, EngineStoppedError) else 500, f"generation failed: {exc}",
+                    type_="server_error")
 
 
 def validation_message(exc: RequestValidationError) -> str:

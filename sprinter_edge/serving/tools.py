@@ -136,6 +136,17 @@ def render_messages(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str
     return out, None
 
 
+def tool_prompt(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
+                engine: Any) -> list[int]:
+    """The prompt of a request with tools or tool turns, as tokens: its messages rendered with the
+    model's own template (the worker runs it: a PromptBuilder, given as a partial over this)."""
+    from ..prompting import prompt_tokens, render_chat
+
+    model = engine.text_model
+    msgs, template_tools = render_messages(messages, tools, template_support(model.chat_template))
+    return prompt_tokens(model, render_chat(model, msgs, tools=template_tools), chat_rendered=True)
+
+
 def _tool_related(m: dict[str, Any]) -> bool:
     return m.get("role") == "tool" or bool(m.get("tool_calls"))
 

@@ -1,20 +1,26 @@
-"""One thread owns the Engine and runs requests one at a time, in arrival order.
+"""The engine's side of the server: one request at a time, in arrival order.
 
-The models' KV caches belong to the worker thread alone, so requests never interleave;
-each request gets a `Job` whose events (started, chunk, done, error) are handed to the
-asyncio side through its queue. Cancelling a job (client gone) closes its Generation at
-the next decoding step, which frees the worker for the next request."""
+`Runner` runs a request on the Engine (the models' KV caches are its alone, so requests never
+interleave) and tells its events (started, chunk, done, error) to the request's `Task`.
+`serve` runs it in a worker process (engine_process.py, supervised by supervisor.py), so that
+an abort inside llama.cpp never takes the server down; `EngineWorker` runs it on a thread of
+this process instead (`serve --in-process`, and apps built in-process by `create_app`).
+
+Cancelling a job (client gone) closes its Generation at the next decoding step, which frees
+the runner for the next request."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..api import Engine
 from ..decoding import TokenLogprob
@@ -23,26 +29,50 @@ from .models import ServedModels
 
 log = logging.getLogger(__name__)
 
-Event = tuple[str, Any]  # ("started", None) | ("chunk", Chunk) | ("done", GenerationResult) | ("error", exc)
-# A prompt the worker builds with the engine (e.g. rendered with tools): token ids.
+Event = tuple[str, Any]  # ("started", n) | ("chunk", Chunk) | ("done", GenerationResult) | ("error", exc)
+# A prompt the runner builds with the engine (e.g. rendered with tools): token ids. It crosses to
+# the worker process, so a module-level function (or a functools.partial of one), no closure.
 PromptBuilder = Callable[[Engine], list[int]]
 
 
 @dataclass
-class Job:
+class Request:
+    """What the engine runs for one HTTP request (picklable: it goes to the worker process)."""
+
     prompt: str | Sequence[Message] | list[int] | PromptBuilder
-    kwargs: dict[str, Any]
-    loop: asyncio.AbstractEventLoop
-    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    # the bytes of every token a chunk's or result's logprobs name, filled by the worker
-    # before the event is emitted (the tokenizer belongs to the worker thread)
-    pieces: dict[int, bytes] = field(default_factory=dict)
+    kwargs: dict[str, Any]  # Engine.stream's keywords
     origins: bool = False  # the stream shows each token's origin: note every token's bytes
     model: str | None = None  # the id of the model that runs it (serving/models.py); None: the engine's
 
+
+class Task(Protocol):
+    """A request as the runner sees it: where its events go."""
+
+    request: Request
+    cancelled: threading.Event
+    # the bytes of every token a chunk's or result's logprobs name, filled by the runner before
+    # the event is emitted (the tokenizer is the runner's)
+    pieces: dict[int, bytes]
+
+    def emit(self, event: str, value: Any = None) -> None: ...
+
+
+@dataclass
+class Job:
+    """A request seen from the event loop: its events arrive in `events`."""
+
+    request: Request
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    pieces: dict[int, bytes] = field(default_factory=dict)
+    on_cancel: Callable[[], None] | None = None  # tells the worker process (supervisor.py)
+
     def cancel(self) -> None:
-        self.cancelled.set()
+        if not self.cancelled.is_set():
+            self.cancelled.set()
+            if self.on_cancel is not None:
+                self.on_cancel()
 
     def emit(self, event: str, value: Any = None) -> None:
         with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
@@ -75,6 +105,11 @@ class WorkerCounters:
         self.prompt_seconds += stats.timings.prefill_seconds
         self.decode_seconds += stats.timings.decode_seconds
 
+    def plus(self, other: WorkerCounters) -> WorkerCounters:
+        """Both counts summed (a worker process's and those of the ones before it); busy: ours."""
+        return WorkerCounters(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                                 for f in dataclasses.fields(self) if f.name != "busy"}, busy=self.busy)
+
     def totals(self) -> dict[str, Any]:
         return {"prompt_tokens": self.prompt_tokens, "prompt_tokens_read": self.prompt_tokens_read,
                 "completion_tokens": self.completion_tokens,
@@ -82,22 +117,129 @@ class WorkerCounters:
                 "decode_seconds": round(self.decode_seconds, 3)}
 
 
-class EngineWorker:
-    """`prepare` (e.g. `engine.load`) runs on the worker thread before the first job: the server
-    listens at once and answers /health with "loading" meanwhile; jobs queue behind it."""
+@dataclass
+class Placement:
+    """Where the models are, for /health: the layers in a word (the page shows it) and in the
+    line `--stats` prints, and the ids of the models loaded (None: one model served)."""
 
-    def __init__(self, engine: Engine, *, prepare: Callable[[], object] | None = None,
-                 models: ServedModels | None = None):
+    layers_on: str = "-"
+    layers: str = "no model loaded yet"
+    models_loaded: list[str] | None = None
+
+
+class Runner:
+    """Runs requests on the engine, one at a time, on whatever thread calls `run`."""
+
+    def __init__(self, engine: Engine, models: ServedModels | None = None):
         self.engine = engine  # the engine of the job running, or of the last one
         self.models = models  # the models a job may name (None: `engine` runs every job)
         self.counters = WorkerCounters()
+        self.load_error: Exception | None = None  # loading failed: every request ends with it
+
+    def placement(self) -> Placement:
+        m = self.engine.models
+        return Placement(m.layers_on(), m.placement(),
+                         self.models.loaded() if self.models is not None else None)
+
+    def run(self, task: Task) -> None:
+        self.counters.busy = True
+        try:
+            self._run(task)
+        except Exception:  # never let one request kill the worker
+            log.exception("request failed")
+        finally:
+            self.counters.busy = False
+
+    def _run(self, task: Task) -> None:
+        req = task.request
+        if task.cancelled.is_set():
+            self.counters.cancelled += 1
+            return
+        if self.load_error is not None:
+            self.counters.failed += 1
+            task.emit("error", self.load_error)
+            return
+        if self.models is not None and req.model is not None:
+            try:  # the model it names, loaded now if it is not (serving/models.py)
+                self.engine = self.models.engine(req.model)
+            except Exception as exc:
+                self.counters.failed += 1
+                task.emit("error", exc)
+                return
+        decoded = self.engine.models.decoded_tokens()
+        try:
+            prompt = req.prompt(self.engine) if callable(req.prompt) else req.prompt
+            gen = self.engine.stream(prompt, **req.kwargs)
+        except Exception as exc:
+            self.counters.failed += 1
+            task.emit("error", exc)
+            return
+        task.emit("started", len(gen.prompt))  # the prompt's tokens: the supervisor's bound
+        try:
+            for chunk in gen:
+                if task.cancelled.is_set():
+                    break
+                self._note_pieces(task, chunk.logprobs)
+                if req.origins:
+                    self._note_tokens(task, chunk.token_ids)
+                task.emit("chunk", chunk)
+        except Exception as exc:
+            log.exception("generation failed")
+            self.counters.failed += 1
+            task.emit("error", exc)
+            return
+        finally:
+            gen.close()
+            if gen.result is not None:
+                stats = gen.result.stats
+                read = max(self.engine.models.decoded_tokens() - decoded - stats.counters.target_tokens, 0)
+                self.counters.add(stats, read)
+                log.info("reply: %s", summary_line(stats, read))
+        if task.cancelled.is_set():
+            self.counters.cancelled += 1
+            log.info("request cancelled after %d tokens", len(gen.result.token_ids) if gen.result else 0)
+            return
+        self.counters.completed += 1
+        if gen.result is not None:
+            self._note_pieces(task, gen.result.logprobs)
+        task.emit("done", gen.result)
+
+    def _note_pieces(self, task: Task, logprobs: list[TokenLogprob] | None) -> None:
+        if logprobs:
+            for entry in logprobs:
+                self._note_tokens(task, [entry.token, *(t for t, _ in entry.top)])
+
+    def _note_tokens(self, task: Task, tokens: Sequence[int]) -> None:
+        model = self.engine.text_model
+        for token in tokens:
+            if token not in task.pieces:
+                task.pieces[token] = model.token_bytes(token)
+
+
+class EngineWorker:
+    """The runner on a thread of this process. `prepare` (e.g. `engine.load`) runs on that thread
+    before the first job: the server listens at once and answers /health with "loading"
+    meanwhile; jobs queue behind it. An abort inside llama.cpp ends this process."""
+
+    def __init__(self, engine: Engine, *, prepare: Callable[[], object] | None = None,
+                 models: ServedModels | None = None):
+        self.runner = Runner(engine, models)
         self._prepare = prepare
         self.state = "loading" if prepare is not None else "ready"  # | "failed"
-        self.load_error: Exception | None = None
-        self.lost: Exception | None = None  # the target went away: every request ends with it
-        self._current: Job | None = None
+        self.pid = os.getpid()
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="sprinter-edge-worker", daemon=True)
+
+    @property
+    def counters(self) -> WorkerCounters:
+        return self.runner.counters
+
+    @property
+    def load_error(self) -> Exception | None:
+        return self.runner.load_error
+
+    def placement(self) -> Placement:
+        return self.runner.placement()
 
     def start(self) -> None:
         self._thread.start()
@@ -113,29 +255,9 @@ class EngineWorker:
     def submit(self, prompt: str | Sequence[Message] | list[int] | PromptBuilder, *,
                origins: bool = False, model: str | None = None, **kwargs: Any) -> Job:
         """Queue a generation (call from the event loop); read its events from `job.events`."""
-        job = Job(prompt, kwargs, asyncio.get_running_loop(), origins=origins, model=model)
-        if self.lost is not None:  # the worker thread is parked for good: nobody would answer
-            self.counters.failed += 1
-            job.emit("error", self.lost)
-        else:
-            self._jobs.put(job)
+        job = Job(Request(prompt, kwargs, origins, model), asyncio.get_running_loop())
+        self._jobs.put(job)
         return job
-
-    def lose_target(self, exc: Exception) -> None:
-        """The target is gone for this process (its rpc-server went away; backend/rpc.py calls
-        this on the thread llama.cpp aborted in, and parks the worker's): the running reply and
-        every queued or later request end with `exc`."""
-        self.state, self.load_error, self.lost = "failed", exc, exc
-        self.counters.busy = False
-        log.error("%s", exc)
-        pending = [self._current] if self._current is not None else []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                pending.append(self._jobs.get_nowait())
-        for job in pending:
-            if job is not None:
-                self.counters.failed += 1
-                job.emit("error", exc)
 
     def _loop(self) -> None:
         if self._prepare is not None:
@@ -144,82 +266,12 @@ class EngineWorker:
                 self.state = "ready"
             except Exception as exc:  # kept: every request is answered with it
                 log.error("loading the models failed: %s", exc)
-                self.state, self.load_error = "failed", exc
+                self.state, self.runner.load_error = "failed", exc
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            self.counters.busy, self._current = True, job
-            try:
-                self._run(job)
-            except Exception:  # never let one request kill the worker
-                log.exception("request failed")
-            finally:
-                self.counters.busy, self._current = False, None
-
-    def _run(self, job: Job) -> None:
-        if job.cancelled.is_set():
-            self.counters.cancelled += 1
-            return
-        if self.load_error is not None:
-            self.counters.failed += 1
-            job.emit("error", self.load_error)
-            return
-        if self.models is not None and job.model is not None:
-            try:  # the model it names, loaded now if it is not (serving/models.py)
-                self.engine = self.models.engine(job.model)
-            except Exception as exc:
-                self.counters.failed += 1
-                job.emit("error", exc)
-                return
-        decoded = self.engine.models.decoded_tokens()
-        try:
-            prompt = job.prompt(self.engine) if callable(job.prompt) else job.prompt
-            gen = self.engine.stream(prompt, **job.kwargs)
-        except Exception as exc:
-            self.counters.failed += 1
-            job.emit("error", exc)
-            return
-        job.emit("started")
-        try:
-            for chunk in gen:
-                if job.cancelled.is_set():
-                    break
-                self._note_pieces(job, chunk.logprobs)
-                if job.origins:
-                    self._note_tokens(job, chunk.token_ids)
-                job.emit("chunk", chunk)
-        except Exception as exc:
-            log.exception("generation failed")
-            self.counters.failed += 1
-            job.emit("error", exc)
-            return
-        finally:
-            gen.close()
-            if gen.result is not None:
-                stats = gen.result.stats
-                read = max(self.engine.models.decoded_tokens() - decoded - stats.counters.target_tokens, 0)
-                self.counters.add(stats, read)
-                log.info("reply: %s", summary_line(stats, read))
-        if job.cancelled.is_set():
-            self.counters.cancelled += 1
-            log.info("request cancelled after %d tokens", len(gen.result.token_ids) if gen.result else 0)
-            return
-        self.counters.completed += 1
-        if gen.result is not None:
-            self._note_pieces(job, gen.result.logprobs)
-        job.emit("done", gen.result)
-
-    def _note_pieces(self, job: Job, logprobs: list[TokenLogprob] | None) -> None:
-        if logprobs:
-            for entry in logprobs:
-                self._note_tokens(job, [entry.token, *(t for t, _ in entry.top)])
-
-    def _note_tokens(self, job: Job, tokens: Sequence[int]) -> None:
-        model = self.engine.text_model
-        for token in tokens:
-            if token not in job.pieces:
-                job.pieces[token] = model.token_bytes(token)
+            self.runner.run(job)
 
 
 def summary_line(stats: Any, read: int) -> str:

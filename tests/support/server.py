@@ -58,6 +58,8 @@ def running_server(args: list[str], log: Path) -> Iterator[str]:
 
 
 def fixture_server_args(target: Path, draft: Path, max_tokens: int) -> list[str]:
-    """`serve` on the fixture pair, one thread, `sd` by default."""
+    """`serve` on the fixture pair, one thread, `sd` by default, offering that pair alone (not the
+    models this machine happens to have: tests/test_serve_models.py builds stores of its own)."""
     return ["--target", str(target), "--draft", str(draft), "--method", "sd", "--verifier", "confidence",
-            "--threads", "1", "--ctx", "1024", "--max-tokens", str(max_tokens), "--model-name", "fixture"]
+            "--threads", "1", "--ctx", "1024", "--max-tokens", str(max_tokens), "--model-name", "fixture",
+            "--models", "none"]
