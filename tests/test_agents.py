@@ -129,6 +129,7 @@ def test_aider_edits_a_file_through_serve(aider: Path, recorded_server: tuple[Re
     assert run.written_seconds is not None and 0 < run.written_seconds <= run.exit_seconds
 
 
+@pytest.mark.slow
 def test_the_agents_bench_checks_what_aider_wrote() -> None:
     """The bench's checks, on files written as aider would have: the task's own check for the
     edit, and the follow-up's (a comment on top, the code unchanged)."""

@@ -132,6 +132,7 @@ def test_tools_key_is_the_wheels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert llama_tools.build(spec=spec) == spec.bin  # cached: nothing is downloaded or compiled
 
 
+@pytest.mark.slow
 def test_prompt_lookup_peer_row(fixture_engine, fixture_target_path: Path) -> None:  # type: ignore[no-untyped-def]
     why = peers.unavailable_reason()
     if why:
@@ -228,6 +229,7 @@ def test_flat_bound_is_an_upper_bound_with_its_break_even() -> None:
     assert [n for n, *_ in dips(curve)] == [16, 17, 32]
 
 
+@pytest.mark.slow
 def test_doctor_curve_is_raw_and_names_the_16_multiples(fixture_engine) -> None:  # type: ignore[no-untyped-def]
     from sprinter_edge.cli.models import _curve_lines
 

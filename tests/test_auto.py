@@ -281,6 +281,7 @@ def monkeypatch_module():
     mp.undo()
 
 
+@pytest.mark.slow
 def test_costs_are_measured_once_and_cached(engine: Engine) -> None:
     first = machine_costs(engine.target)
     again = machine_costs(engine.target)
@@ -324,6 +325,7 @@ def test_auto_that_picks_ar_never_touches_the_draft(engine: Engine) -> None:
     assert engine.draft.tokens == []  # not even a prefill: time to first token is ar's
 
 
+@pytest.mark.slow
 def test_auto_without_a_draft_runs_one_model(fixture_target_path: Path) -> None:
     with Engine(fixture_target_path, None, method="auto",
                 hardware=Hardware(n_ctx=512, n_threads=1)) as eng:

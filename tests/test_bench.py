@@ -68,6 +68,7 @@ def test_humaneval_code_has_no_network() -> None:
         assert subprocess.run([sys.executable, "-c", reachable], timeout=10).returncode == 0
 
 
+@pytest.mark.slow
 def test_cost_model_predicts_ar(fixture_engine, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The cost model prices a reply's logged calls as they cost: with every call charged its
     table's price (a clock only the model calls move), the predicted tok/s is the measured one,
@@ -155,12 +156,14 @@ def _skip_if_noted(data: dict, start: str) -> None:
         pytest.skip(note)
 
 
+@pytest.mark.slow
 def test_bench_quick_llama_cpp_rows(quick_bench: tuple[dict, Path]) -> None:
     data, _ = quick_bench
     _skip_if_noted(data, "llama-cpp rows skipped")
     assert {"llama-cpp", "llama-cpp-draft", "llama-cpp-lookup"} <= {r["base_method"] for r in data["rows"]}
 
 
+@pytest.mark.slow
 def test_bench_quick_llama_server_rows(quick_bench: tuple[dict, Path]) -> None:
     from sprinter_edge.bench.results import SERVER_MISSING_NOTE
 
@@ -178,6 +181,7 @@ def test_bench_quick_llama_server_rows(quick_bench: tuple[dict, Path]) -> None:
                for r in runs if r["stats"]["predicted_n"] > 1)
 
 
+@pytest.mark.slow
 def test_bench_quick_end_to_end(quick_bench: tuple[dict, Path]) -> None:
     data, out = quick_bench
     methods = {r["base_method"] for r in data["rows"]}
@@ -229,6 +233,7 @@ def test_bench_with_a_target_alone(fixture_target_path: Path, tmp_path: Path) ->
     assert data["config"]["draft"] is None and data["rows"][1]["predicted_tps"] > 0
 
 
+@pytest.mark.slow
 def test_the_warmup_teaches_auto_nothing(fixture_engine) -> None:  # type: ignore[no-untyped-def]
     """The warmup's 8 tokens per row are not evidence for auto's planner (they once made it
     run `ar` on the first edit task: a reply's first tokens copy nothing)."""
@@ -425,6 +430,7 @@ def test_bench_flags_resolve_to_a_config() -> None:
         cfg("--long", "-1")
 
 
+@pytest.mark.slow
 def test_bench_edit_tasks_end_to_end(fixture_target_path: Path, fixture_draft_path: Path,
                                      tmp_path: Path) -> None:
     """--edits: each run's reply checked (runs[].edit), the edit pass rate per row with its
@@ -447,6 +453,7 @@ def test_bench_edit_tasks_end_to_end(fixture_target_path: Path, fixture_draft_pa
     assert "| edit pass |" in md and "## edit tasks passed, by kind" in md
 
 
+@pytest.mark.slow
 def test_a_prediction_row_sends_the_edit_input(fixture_engine) -> None:  # type: ignore[no-untyped-def]
     """`lookup+prediction` runs lookup with the task's input code as the Predicted Output: its
     reply is ar's (exact) and its counters say how much of the prediction it used."""

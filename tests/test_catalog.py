@@ -128,6 +128,7 @@ def hub_env(tmp_path: Path, fixture_target_path: Path, fixture_draft_path: Path)
         yield hub, env, tmp_path
 
 
+@pytest.mark.slow
 def test_pull_downloads_and_verifies(hub_env) -> None:  # noqa: ANN001
     hub, env, tmp = hub_env
     r = _cli(["pull"], env)
@@ -142,6 +143,7 @@ def test_pull_downloads_and_verifies(hub_env) -> None:  # noqa: ANN001
     assert sum(m == "GET" for m, _, _ in hub.requests) == gets
 
 
+@pytest.mark.slow
 def test_interrupted_download_cleans_up(hub_env) -> None:  # noqa: ANN001
     hub, env, tmp = hub_env
     hub.drop_after = 3_000_000  # every response breaks off, so the retries finally give up
@@ -169,6 +171,7 @@ def test_checksum_mismatch_is_removed(hub_env, fixture_target_path: Path, fixtur
     assert not [p for p in (tmp / "hf").rglob("*") if p.is_file() and p.suffix == ".gguf"]
 
 
+@pytest.mark.slow
 def test_offline_and_unreachable_hub_give_clear_errors(hub_env) -> None:  # noqa: ANN001
     hub, env, tmp = hub_env
     r = _cli(["pull", "--offline"], env)
@@ -368,6 +371,7 @@ def test_derived_model_needs_its_checksum_and_no_repo() -> None:
     assert reg.models["d"].derived.describe() == "derived from src by Q4_0"
 
 
+@pytest.mark.slow
 def test_pull_derives_what_the_pair_needs(hub_env, fixture_target_path: Path,  # noqa: ANN001
                                           derived_q4_0: tuple[int, str]) -> None:
     hub, env, tmp = hub_env

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 PROMPT = ">>> "
 TIMEOUT = 120  # generous: the machine is shared with heavy jobs
@@ -30,6 +31,7 @@ def ask(child, line: str) -> str:
     return child.before
 
 
+@pytest.mark.slow
 def test_chat_repl(fixture_target_path: Path, fixture_draft_path: Path) -> None:
     child = spawn(fixture_target_path, fixture_draft_path, "--method", "sd", "--max-tokens", "8")
     try:
@@ -98,6 +100,7 @@ def test_chat_ctrl_c_stops_reply(fixture_target_path: Path, fixture_draft_path: 
     assert child.exitstatus == 0
 
 
+@pytest.mark.slow
 def test_chat_takes_pasted_blocks_files_and_sampling(fixture_target_path: Path, fixture_draft_path: Path,
                                                       tmp_path: Path) -> None:
     child = spawn(fixture_target_path, fixture_draft_path, "--method", "lookup", "--max-tokens", "8",

@@ -218,6 +218,7 @@ def test_help_explains_constraint_flags() -> None:
         assert flag in r.stdout
 
 
+@pytest.mark.slow
 def test_generate_json_schema(fixture_target_path: Path, tmp_path: Path) -> None:
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
                                                "colour": {"enum": ["red", "blue"]}},

@@ -215,6 +215,7 @@ def _exact_masked_joint(engine: Engine, prompt: list[int], constraint: Constrain
     return exact_joint(engine.target, prompt, params, depth, dist)
 
 
+@pytest.mark.slow
 def test_sampled_sd_joint_distribution_matches_constrained_ar(engine: Engine) -> None:
     """Temperature 0.8: the first two tokens of constrained `sd` (k = 2) are jointly distributed
     as constrained `ar`'s. Here the target opens with `{` or `{"` (then `name` is forced) while

@@ -8,17 +8,16 @@ writes the whole file.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.disks import tmpfs
 
 from sprinter_edge.catalog import store
 from sprinter_edge.catalog.registry import load_registry
@@ -67,20 +66,6 @@ def test_full_disk_mid_write_is_one_line(tmp_path: Path, monkeypatch: pytest.Mon
     assert f"cannot write {dest}: the disk is full" in line
     assert f"{SOURCE.size:,} bytes needed" in line and "bytes free" in line
     assert not leftovers(tmp_path)
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:  # root, or CAP_SYS_ADMIN in a container, mounts one
-        pytest.fail(f"cannot mount a tmpfs here (this test needs root or CAP_SYS_ADMIN): "
-                    f"{r.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
 
 
 @pytest.mark.integration

@@ -16,12 +16,12 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hub_standin import HubStandIn
+from support.disks import tmpfs
 
 from sprinter_edge.catalog.registry import Derivation, load_registry
 from sprinter_edge.catalog.store import quantize, sha256_file
@@ -31,19 +31,9 @@ DISK_ERROR_EXIT = 9
 MIB = 1 << 20
 
 
-@contextlib.contextmanager
-def small_disk(path: Path, size: int) -> Iterator[Path]:
+def small_disk(path: Path, size: int) -> contextlib.AbstractContextManager[Path]:
     """A tmpfs of `size` bytes (rounded up to MiB) at `path` until the block ends."""
-    path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={-(-size // MIB)}m", "tmpfs", str(path)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:  # root, or CAP_SYS_ADMIN in a container, mounts one (CI runs as root)
-        pytest.fail(f"cannot mount a tmpfs here (this test needs root or CAP_SYS_ADMIN): "
-                    f"{r.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
+    return tmpfs(path, f"{-(-size // MIB)}m")
 
 
 def grow(disk: Path, size: int) -> None:
@@ -108,6 +98,7 @@ def unchecked(args: list[str], env: dict[str, str]) -> subprocess.CompletedProce
 
 # ---------------------------------------------------------------------------- the Hub
 
+@pytest.mark.slow
 def test_full_disk_during_a_hub_download(tmp_path: Path, fixture_target_path: Path,
                                          fixture_draft_path: Path) -> None:
     """The Hugging Face cache on a disk with room for the draft and half the target. `pull`
@@ -210,6 +201,7 @@ def derive_env(tmp_path: Path, fixture_target_path: Path, derived: tuple[int, st
                     "HF_HUB_DISABLE_PROGRESS_BARS": "1", "SPRINTER_EDGE_REGISTRY": str(registry)}
 
 
+@pytest.mark.slow
 def test_full_disk_while_deriving_the_draft(tmp_path: Path, derive_env, derived: tuple[int, str],
                                             fixture_target_path: Path) -> None:
     """SPRINTER_EDGE_HOME on a disk with room for half the derived draft. `pull` downloads the

@@ -192,6 +192,7 @@ def _one_number_changed(body: str) -> tuple[str, str, str]:
 
 
 @pytest.mark.parametrize("page", ["docs/results.md", "docs/journal.md"])
+@pytest.mark.slow
 def test_a_hand_edit_of_any_rendered_table_is_flagged(page: str) -> None:
     rt = render_tables()
     where = rt.index()

@@ -121,6 +121,7 @@ def as_reply(code: str) -> str:
     return reply[:stop]
 
 
+@pytest.mark.slow
 def test_every_task_has_its_change_checked(tasks: list[edits.EditTask]) -> None:
     """The reference reply carries the change (after the stop string's cut); the unchanged
     input does not (a planted bug's input passes the AST check: its tests decide)."""
@@ -145,6 +146,7 @@ def _sample(tasks: list[edits.EditTask]) -> list[edits.EditTask]:
     return list(chosen.values())
 
 
+@pytest.mark.slow
 def test_references_pass_in_the_sandbox_and_inputs_fail(tasks: list[edits.EditTask]) -> None:
     sample = _sample(tasks)
     assert {t.edit for t in sample} == set(FUNCTIONS.edits)
@@ -227,6 +229,7 @@ def _record(method: str, prompt: str, passed: bool, edit: str = "fix_bug", key: 
                      edit={"passed": passed, key: edit, "why": "" if passed else "tests failed"})
 
 
+@pytest.mark.slow
 def test_results_from_before_the_rename_still_read(tasks: list[edits.EditTask]) -> None:
     """Old results carry "kind" where a task and a check now say "edit"."""
     from dataclasses import asdict
@@ -242,6 +245,7 @@ def test_results_from_before_the_rename_still_read(tasks: list[edits.EditTask]) 
     assert rows[0]["edit_by_kind"] == {"fix_bug": [1, 2]}
 
 
+@pytest.mark.slow
 def test_the_split_is_by_problem_disjoint_and_stable(tasks: list[edits.EditTask]) -> None:
     """Every problem is on one side by the SHA-256 of its id: the two sides share no problem,
     cover every task, and a side's order is the same on every build."""

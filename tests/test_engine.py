@@ -35,6 +35,7 @@ def test_batch_invariance(fixture_engine: Engine) -> None:
     assert np.array_equal(np.stack(one_by_one), batched)
 
 
+@pytest.mark.slow
 def test_sd_greedy_is_token_identical_to_ar(fixture_engine: Engine) -> None:
     assert len(PROMPTS) >= 20
     rejections = 0
@@ -138,6 +139,7 @@ def test_counters_are_consistent(fixture_engine: Engine, method: str,
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.8, 7), (1.0, 11)])
+@pytest.mark.slow
 def test_sprinter_always_flag_equals_sd_k1(fixture_engine: Engine, temperature: float, seed: int) -> None:
     for prompt in PROMPTS[:5]:
         params = SamplingParams(max_tokens=24, temperature=temperature, seed=seed)
@@ -151,6 +153,7 @@ def test_sprinter_always_flag_equals_sd_k1(fixture_engine: Engine, temperature: 
 
 
 @pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.9, 3)])
+@pytest.mark.slow
 def test_sprinter_never_flag_without_cap_equals_draft(fixture_engine: Engine, temperature: float,
                                                       seed: int) -> None:
     for prompt in PROMPTS[:5]:
@@ -165,6 +168,7 @@ def test_sprinter_never_flag_without_cap_equals_draft(fixture_engine: Engine, te
         assert spr.stats.counters.target_calls == 0
 
 
+@pytest.mark.slow
 def test_oracle_sprinter_reproduces_ar_with_few_target_calls(fixture_engine: Engine) -> None:
     for prompt in PROMPTS[:4]:
         ar = fixture_engine.generate(prompt, SamplingParams(max_tokens=32), method="ar")
@@ -190,6 +194,7 @@ def test_run_cap_bounds_runs(fixture_engine: Engine) -> None:
     assert result.stats.counters.cap_hits >= 1
 
 
+@pytest.mark.slow
 def test_sd_sampling_matches_target_distribution(fixture_engine: Engine) -> None:
     """First token of `sd` over many seeds vs the target's own distribution (chi-square)."""
     engine = fixture_engine
@@ -242,6 +247,7 @@ def test_prompt_longer_than_context(fixture_engine: Engine) -> None:
     assert fixture_engine.generate("Hi", SamplingParams(max_tokens=4), method="sd").stats.new_tokens > 0
 
 
+@pytest.mark.slow
 def test_max_tokens_is_clamped_to_the_context(fixture_engine: Engine) -> None:
     prompt = "word " * 900  # ~900 tokens of a 1024 context
     result = fixture_engine.generate(prompt, SamplingParams(max_tokens=500), method="ar", chat=False)

@@ -41,6 +41,7 @@ from sprinter_edge.verifiers.base import DraftFeatures, Verifier
 PROMPT = "Name a colour:"
 
 
+@pytest.mark.slow
 def test_sd_joint_distribution_of_three_tokens_matches_ar(fixture_engine: Engine) -> None:
     """The first three `sd` tokens at temperature 1 are jointly distributed exactly as `ar`'s.
 
@@ -131,6 +132,7 @@ GREEDY_PROMPTS = ("1, 2, 3, 4, 5,", "Monday, Tuesday, Wednesday,", "January, Feb
 
 
 @pytest.mark.parametrize("draft_len", [4, 2, 1])
+@pytest.mark.slow
 def test_sd_greedy_matches_a_step_by_step_reference(fixture_engine: Engine, draft_len: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Greedy `sd` commits exactly the tokens and origins of SD spelled out one decode at a
@@ -222,6 +224,7 @@ def _sprinter_next(p: np.ndarray, q: np.ndarray, a: float, eog: np.ndarray) -> t
     return out, accepted
 
 
+@pytest.mark.slow
 def test_sprinter_two_tokens_follow_the_pass_mixture(fixture_engine: Engine) -> None:
     """With a verifier that passes a token with probability `a` independently of it, each
     SPRINTER token is distributed as a * q + (1 - a) * p (a passed token is the draft's
@@ -289,6 +292,7 @@ def _penalised_dist(model: LlamaModel, context: list[int], prompt_len: int,
 
 @pytest.mark.parametrize("penalties", [
     PENALTIES, dict(presence_penalty=1.5, frequency_penalty=0.5), dict(repeat_penalty=1.3)])
+@pytest.mark.slow
 def test_greedy_penalties_sd_equals_ar_equals_a_step_by_step_reference(
         fixture_engine: Engine, penalties: dict) -> None:
     """Greedy with penalties: `ar` takes the argmax of the penalised row at every step (the
@@ -322,6 +326,7 @@ def test_greedy_penalties_sd_equals_ar_equals_a_step_by_step_reference(
 
 @pytest.mark.parametrize("penalties", [
     dict(presence_penalty=2.0, frequency_penalty=1.5), dict(repeat_penalty=1.5, repeat_last_n=8)])
+@pytest.mark.slow
 def test_sd_joint_distribution_with_penalties_matches_the_penalised_target(
         fixture_engine: Engine, penalties: dict) -> None:
     """Sampled with penalties, the first three `sd` tokens (k = 2: acceptances, residual draws

@@ -40,6 +40,7 @@ def _by(tasks: list[edits_files.FileEditTask], edit: str) -> edits_files.FileEdi
     return next(t for t in tasks if t.edit == edit)
 
 
+@pytest.mark.slow
 def test_tasks_cover_every_edit_and_fit_the_context(tasks: list[edits_files.FileEditTask]) -> None:
     assert {t.edit for t in tasks} == set(FILES.edits)
     assert len(tasks) >= 30 and len({t.id for t in tasks}) == len(tasks)
@@ -66,6 +67,7 @@ def test_tasks_cover_every_edit_and_fit_the_context(tasks: list[edits_files.File
         assert uses[t.renames[0][0]] >= edits_files.MIN_RENAME_USES, t.id
 
 
+@pytest.mark.slow
 def test_tasks_build_deterministically(tasks: list[edits_files.FileEditTask]) -> None:
     first = FILES.select(10)
     assert len({t.edit for t in first}) == len(FILES.edits)  # the edits take turns
@@ -84,6 +86,7 @@ def test_tasks_build_deterministically(tasks: list[edits_files.FileEditTask]) ->
         FILES.parse("rename")
 
 
+@pytest.mark.slow
 def test_the_original_passes_its_own_check(tasks: list[edits_files.FileEditTask]) -> None:
     for module in sorted({t.module for t in tasks})[:4]:
         src = file_sources.file_source(module)
@@ -92,6 +95,7 @@ def test_the_original_passes_its_own_check(tasks: list[edits_files.FileEditTask]
         assert res.passed and res.status == "passed", (module, res)
 
 
+@pytest.mark.slow
 def test_references_pass_and_unchanged_inputs_fail(tasks: list[edits_files.FileEditTask]) -> None:
     for task in _sample(tasks):
         assert edits_files.is_file_task(asdict(task))  # how the runner picks the check
@@ -105,6 +109,7 @@ def test_references_pass_and_unchanged_inputs_fail(tasks: list[edits_files.FileE
             assert res.failure == "change" and res.why.startswith("change not made"), (task.id, res)
 
 
+@pytest.mark.slow
 def test_a_change_that_breaks_behaviour_fails(tasks: list[edits_files.FileEditTask]) -> None:
     """The change is made on the file with the planted bug: the change check passes, the
     behaviour check does not."""
@@ -118,6 +123,7 @@ def test_a_change_that_breaks_behaviour_fails(tasks: list[edits_files.FileEditTa
         assert not res.passed and res.failure == "tests" and "behaviour differs" in res.why, (task.id, res)
 
 
+@pytest.mark.slow
 def test_replies_that_do_not_run_fail(tasks: list[edits_files.FileEditTask]) -> None:
     task = _by(tasks, "rename_function")
     old, new = task.renames[0]
@@ -141,6 +147,7 @@ def test_replies_that_do_not_run_fail(tasks: list[edits_files.FileEditTask]) -> 
     assert res.failure == "tests" and "failed to load: NameError" in res.why, res
 
 
+@pytest.mark.slow
 def test_change_checks_read_the_ast(tasks: list[edits_files.FileEditTask]) -> None:
     hints = _by(tasks, "type_hints")
     tree = ast.parse(edits_files.reference(hints))
@@ -251,6 +258,7 @@ def test_report_has_the_file_edit_workload_with_first_token_and_end_to_end_times
     assert "| file edit pass |" not in report.markdown_table([{"method": "ar", "file_edit_n": 0}])
 
 
+@pytest.mark.slow
 def test_bench_file_edits_end_to_end(fixture_target_path: Path, fixture_draft_path: Path,
                                      tmp_path: Path) -> None:
     """--file-edits: the prompts run through every row as --edits' do, each reply is checked
@@ -274,6 +282,7 @@ def test_bench_file_edits_end_to_end(fixture_target_path: Path, fixture_draft_pa
     assert "### whole-file edits (2 prompts, workload `file_edit`)" in md and "| file edits done |" in md
 
 
+@pytest.mark.slow
 def test_the_split_is_by_module_disjoint_and_stable(tasks: list[edits_files.FileEditTask]) -> None:
     """Modules alternate by their place in MODULES: the sides share no file, cover every task,
     rebuild the same, and each edit has 3 tasks at least on the report side (the two rarest,
@@ -305,6 +314,7 @@ def test_the_sealed_set_runs_only_when_named() -> None:
     assert "sealed" in task_sets.SPLITS
 
 
+@pytest.mark.slow
 def test_docstring_and_layout_checks(tasks: list[edits_files.FileEditTask]) -> None:
     docs, layout = _by(tasks, "add_docstrings"), _by(tasks, "reformat")
     ref = edits_files.reference(docs)

@@ -148,6 +148,7 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_first_use_measures_quickly_and_replies_refine_it(
         fresh_cache: Path, fixture_target_path: Path, fixture_draft_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,6 +176,7 @@ def test_first_use_measures_quickly_and_replies_refine_it(
         engine.close()
 
 
+@pytest.mark.slow
 def test_a_stored_table_timed_under_load_is_corrected_by_the_replies(
         fresh_cache: Path, fixture_target_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A table 3x too dear in the cache (timed while something else used the CPU) is back at
@@ -226,6 +228,7 @@ def test_logit_bias_is_exact_for_every_method(fixture_engine: Engine) -> None:
         fixture_engine.generate(prompt, SamplingParams(max_tokens=4, logit_bias={10**7: 1.0}))
 
 
+@pytest.mark.slow
 def test_machine_costs_sweeps_depths_only_when_asked(fresh_cache: Path, fixture_engine: Engine) -> None:
     quick = machine_costs(fixture_engine.target)
     assert not quick.depths_measured

@@ -53,6 +53,7 @@ def test_header_of_the_fixture(fixture_target_path: Path, fixture_draft_path: Pa
     assert target.bytes_read <= target.data_offset + gguf_header.CHUNK < target.file_size // 10
 
 
+@pytest.mark.slow
 def test_header_agrees_with_ggufs_reader(fixture_target_path: Path) -> None:
     """The parameter count and where the data ends, against ggml-org's own reader."""
     from gguf import GGUFReader

@@ -128,6 +128,7 @@ def lookup_engine(fixture_engine: Engine):
 
 
 @pytest.mark.parametrize("method", ["lookup", "staged"])
+@pytest.mark.slow
 def test_greedy_lookup_is_identical_to_ar(lookup_engine: Engine, method: str) -> None:
     engine = lookup_engine
     params = SamplingParams(max_tokens=48)
@@ -141,6 +142,7 @@ def test_greedy_lookup_is_identical_to_ar(lookup_engine: Engine, method: str) ->
     assert copied > 5  # the copy prompt really ran on copied spans
 
 
+@pytest.mark.slow
 def test_sampled_lookup_joint_distribution_matches_ar(lookup_engine: Engine) -> None:
     engine = lookup_engine
     params = SamplingParams(temperature=1.0, top_k=3, max_tokens=3)
@@ -185,6 +187,7 @@ EDIT = ("Add a type hint to every parameter (int) and every return (int) in this
         "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```")
 
 
+@pytest.mark.slow
 def test_greedy_splice_writes_departures_and_is_identical_to_ar(fixture_engine: Engine) -> None:
     """Where calls cost the same whatever their size and a draft step a fifth of a target's, the
     draft writes where the reply departs from the copy; the output stays the target's."""

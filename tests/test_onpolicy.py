@@ -156,6 +156,7 @@ def test_sprinter_shows_the_run_history() -> None:
     assert Origin.KEPT  # the decoder's origins stay importable from here
 
 
+@pytest.mark.slow
 def test_cli_collects_on_policy_and_studies(fixture_target_path: Path, fixture_draft_path: Path,
                                             tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
@@ -248,6 +249,7 @@ def test_presets_per_domain_and_regime() -> None:
                           {"role": "user", "content": "Tell me a joke."}]) == "chat"
 
 
+@pytest.mark.slow
 def test_embedding_rows_are_the_drafts_own(fixture_engine) -> None:
     """The rows read from the GGUF are the ones llama.cpp multiplies: the fixture draft ties its
     output head to the token embeddings, so logits == final hidden state . row."""

@@ -36,6 +36,7 @@ def test_the_page_is_served_whole(page_server: str) -> None:
     assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
 
 
+@pytest.mark.slow
 def test_chat_in_a_browser(page_server: str, tmp_path: Path) -> None:
     from playwright import sync_api
 

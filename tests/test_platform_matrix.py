@@ -182,6 +182,7 @@ def simulated(request: pytest.FixtureRequest, matrix: dict) -> tuple[str, dict]:
     return request.param, result(matrix[request.param])
 
 
+@pytest.mark.slow
 def test_the_simulation_is_in_place(simulated: tuple[str, dict]) -> None:
     name, out = simulated
     spec = PLATFORMS[name]

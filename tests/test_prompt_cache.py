@@ -31,6 +31,7 @@ def model(fixture_target_path: Path):
         yield m
 
 
+@pytest.mark.slow
 def test_a_restored_state_gives_the_logits_the_live_cache_gives(model: LlamaModel) -> None:
     a = model.tokenize(words(1, 200))
     b = model.tokenize(words(2, 200))
@@ -65,6 +66,7 @@ def test_a_restore_must_beat_the_live_cache_by_a_margin(model: LlamaModel) -> No
     assert cache.stats.restored == 0
 
 
+@pytest.mark.slow
 def test_states_are_evicted_least_recently_used_within_the_budget(model: LlamaModel) -> None:
     prompts = [model.tokenize(words(10 + i, 150)) for i in range(3)]
     model.reset()

@@ -97,6 +97,7 @@ def generate_args(target: Path, *extra: str, prompt: str = PROMPT) -> list[str]:
             "--flash-attn", "off", "--temperature", "0", *extra]
 
 
+@pytest.mark.slow
 def test_greedy_through_rpc_matches_the_local_target(rpc_server: network.RpcServer,
                                                       fixture_target_path: Path) -> None:
     """The same CPU kernels on both sides (repacking off here, none on the server): the same
@@ -133,6 +134,7 @@ def test_a_server_killed_mid_reply_ends_it_with_one_line(rpc_server: network.Rpc
     assert "Traceback" not in err and "ggml_abort" not in err and err.count("error:") == 1
 
 
+@pytest.mark.slow
 def test_serve_answers_503_after_the_server_died_and_comes_back(rpc_server: network.RpcServer,
                                                                   fixture_target_path: Path,
                                                                   tmp_path: Path) -> None:

@@ -114,6 +114,7 @@ def _reference(path: Path, max_tokens: int) -> str:
         return engine.generate(PROMPT, SamplingParams(max_tokens=max_tokens), chat=False).text
 
 
+@pytest.mark.slow
 def test_a_request_names_the_model_that_answers(machine: Machine, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 fixture_target_path: Path, fixture_draft_path: Path) -> None:

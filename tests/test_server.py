@@ -4,7 +4,6 @@ Talks to it with the official `openai` client and with raw httpx requests."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +12,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from support.server import TIMEOUT, fixture_server_args, running_server
+from support.server import TIMEOUT, fixture_server_args, leave_stream, running_server
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +71,7 @@ def test_completions_and_method_extension(client) -> None:
     assert "".join(ev.choices[0].text for ev in stream if ev.choices) == r.choices[0].text
 
 
+@pytest.mark.slow
 def test_concurrent_requests(client) -> None:
     prompts = ["Count to three.", "What colour is the sky?", "Say goodbye.", "Name a planet."]
 
@@ -125,16 +125,7 @@ def test_disconnect_mid_stream_frees_the_worker(server: str, client) -> None:
     before = httpx.get(f"{server}/health", timeout=TIMEOUT).json()["cancelled"]
     body = {"model": "fixture", "prompt": "Once upon a time", "max_tokens": 600, "stream": True,
             "method": "ar"}
-    with httpx.Client(timeout=TIMEOUT) as http, http.stream("POST", f"{server}/v1/completions",
-                                                            json=body) as r:
-        assert r.status_code == 200
-        seen = 0
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                assert "choices" in json.loads(line[6:])
-                seen += 1
-                if seen == 3:
-                    break  # leave mid-stream: the connection closes
+    leave_stream(server, body, 3)
     deadline = time.monotonic() + TIMEOUT
     while True:
         health = httpx.get(f"{server}/health", timeout=TIMEOUT).json()
@@ -230,6 +221,7 @@ def test_logprobs_chat_and_completions(client) -> None:
     assert plain.choices[0].logprobs is None
 
 
+@pytest.mark.slow
 def test_penalties_pass_through(client, fixture_engine) -> None:
     """Each penalty reaches the sampler: on a prompt whose greedy reply repeats itself, each one
     changes what the target's scores become (the logprobs are after the penalties) as its

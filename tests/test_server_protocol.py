@@ -5,7 +5,6 @@ cancelled under a speculative method frees the server."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from support.server import TIMEOUT, fixture_server_args, running_server
+from support.server import TIMEOUT, fixture_server_args, leave_stream, running_server
 
 from sprinter_edge import Engine
 from sprinter_edge.costs import CostTable
@@ -172,6 +171,7 @@ def test_second_request_sharing_a_prefix_reads_only_its_new_tokens(
     assert after["prompt_tokens"] - before["prompt_tokens"] == second.prompt_tokens
 
 
+@pytest.mark.slow
 def test_prompt_cache_keeps_a_prefix_across_another_conversation(
         client: openai.OpenAI, server: str, fixture_engine: Engine) -> None:
     """A request from another conversation in between overwrites the KV cache; the prompt
@@ -253,17 +253,7 @@ def test_cancelled_stream_frees_the_server(client: openai.OpenAI, server: str, m
     start = health(server)
     body = {"model": "fixture", "prompt": "Once upon a time", "max_tokens": 900, "stream": True,
             "method": method}
-    with httpx.Client(timeout=TIMEOUT) as http, http.stream("POST", f"{server}/v1/completions",
-                                                            json=body) as r:
-        assert r.status_code == 200
-        seen = 0
-        for line in r.iter_lines():
-            if line.startswith("data: {"):
-                assert "choices" in json.loads(line[6:])
-                seen += 1
-                if seen == 3:
-                    break  # leave mid-stream: the connection closes
-    assert seen == 3
+    leave_stream(server, body, 3)
     deadline = time.monotonic() + TIMEOUT  # a bound on a hang, not on speed
     while True:
         now = health(server)

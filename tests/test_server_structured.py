@@ -131,6 +131,7 @@ def client(server: str):
     return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
 
 
+@pytest.mark.slow
 def test_response_format_json_schema(client) -> None:
     r = client.chat.completions.create(model="fixture", messages=ASK_PERSON,
                                        response_format=PERSON_FORMAT, max_tokens=96)
@@ -172,6 +173,7 @@ def test_response_format_json_object(client) -> None:
     assert isinstance(json.loads(r.choices[0].message.content), dict)
 
 
+@pytest.mark.slow
 def test_strict_tool_named_choice(client) -> None:
     choice = {"type": "function", "function": {"name": "get_weather"}}
     r = client.chat.completions.create(model="fixture", messages=ASK_WEATHER, tools=[WEATHER],
@@ -224,6 +226,7 @@ def test_invalid_schema_is_a_bad_request(client, server: str) -> None:
     assert ok.choices[0].text is not None
 
 
+@pytest.mark.slow
 def test_prediction_counts_and_leaves_the_text_unchanged(
         client, fixture_engine, fixture_target_path: Path, fixture_draft_path: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -136,6 +136,7 @@ def test_free_rows_and_the_reference() -> None:
         runner.expand_methods(["llama-server+free"], None)
 
 
+@pytest.mark.slow
 def test_a_short_structured_bench(fixture_engine, fixture_target_path: Path,  # type: ignore[no-untyped-def]
                                   fixture_draft_path: Path, tmp_path: Path) -> None:
     """Two tasks, rows ar, ar+free and auto: every constrained reply follows its schema (the

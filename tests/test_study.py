@@ -308,6 +308,7 @@ def test_fit_final_returns_a_scoring_pipeline() -> None:
     assert isinstance(est, Pipeline) and isinstance(est.steps[0][1], StandardScaler)
 
 
+@pytest.mark.slow
 def test_every_candidate_fits_and_the_time_budget_skips() -> None:
     d = _synthetic(n_groups=24, tokens=20, seed=6)
     rep = run_study(d, _cfg(candidates=None, n_boot=100))

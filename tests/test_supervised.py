@@ -78,6 +78,7 @@ def served_again(base: str, before: dict) -> dict:
     return health(base).json()
 
 
+@pytest.mark.slow
 def test_an_abort_in_the_worker_ends_the_stream_and_the_server_goes_on(
         fixture_target_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ABORT_AFTER, "5")  # every reply: a reply of 3 tokens never gets there
@@ -114,6 +115,7 @@ def test_a_worker_killed_mid_stream_is_replaced(server: str) -> None:
     served_again(server, before)
 
 
+@pytest.mark.slow
 def test_a_worker_silent_mid_stream_is_killed_and_replaced(server: str) -> None:
     """SIGSTOP: alive, holding its connections, saying nothing (as llama.cpp waiting on a hung
     rpc-server): after STALL seconds without a chunk the server kills it."""

@@ -62,6 +62,7 @@ def test_corpus_is_large_and_unique() -> None:
     assert not any("HumanEval" in p.prompt for p in corpus.prompts)
 
 
+@pytest.mark.slow
 def test_collected_data_is_consistent(data_dir: Path, fixture_engine) -> None:
     data, meta = load_data(data_dir)
     n = len(data["token"])

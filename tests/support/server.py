@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -63,3 +64,19 @@ def fixture_server_args(target: Path, draft: Path, max_tokens: int) -> list[str]
     return ["--target", str(target), "--draft", str(draft), "--method", "sd", "--verifier", "confidence",
             "--threads", "1", "--ctx", "1024", "--max-tokens", str(max_tokens), "--model-name", "fixture",
             "--models", "none"]
+
+
+def leave_stream(base: str, body: dict, chunks: int) -> None:
+    """POST a streamed completion `body` and close the connection after `chunks` chunks, as a
+    client that goes away mid-reply."""
+    with httpx.Client(timeout=TIMEOUT) as http, http.stream("POST", f"{base}/v1/completions",
+                                                            json=body) as r:
+        assert r.status_code == 200
+        seen = 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                assert "choices" in json.loads(line[6:])
+                seen += 1
+                if seen == chunks:
+                    return  # the connection closes
+    raise AssertionError(f"the stream ended after {seen} chunks, before {chunks}")
