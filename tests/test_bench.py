@@ -219,6 +219,7 @@ def test_bench_quick_end_to_end(quick_bench: tuple[dict, Path]) -> None:
     assert (out / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_bench_with_a_target_alone(fixture_target_path: Path, tmp_path: Path) -> None:
     """One model: the rows that draft are left out with one note, the rest run (auto among
     ar and lookup), and nothing asks for a draft or a verifier."""

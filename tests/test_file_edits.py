@@ -194,6 +194,7 @@ def test_forms_it_does_not_convert_leave_no_task() -> None:
         assert conv.failed, source
 
 
+@pytest.mark.slow
 def test_bench_flags_choose_file_edit_tasks(capsys: pytest.CaptureFixture[str]) -> None:
     from sprinter_edge.bench.results import select_prompts
     from sprinter_edge.cli import build_parser

@@ -205,6 +205,7 @@ def test_a_stored_table_timed_under_load_is_corrected_by_the_replies(
         engine.close()
 
 
+@pytest.mark.slow
 def test_logit_bias_is_exact_for_every_method(fixture_engine: Engine) -> None:
     """A bias that bans the greedy reply's first token: every exact method follows the biased
     target token for token; an id past the vocabulary is refused."""
