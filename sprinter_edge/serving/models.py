@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api import Engine
+from ..backend import host
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +56,6 @@ class Offer:
         return (str(self.target.resolve()), str(self.draft.resolve()) if self.draft else None)
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available now (Linux's MemAvailable), None where it is not known."""
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 def offer_engine(engine_kwargs: dict[str, Any], offer: Offer) -> Engine:
     """An engine for `offer` under the server's settings (a module-level function: it crosses to
     the worker process, engine_process.py, as a functools.partial)."""
@@ -79,7 +68,7 @@ class ServedModels:
 
     def __init__(self, default: Offer, engine: Engine, offers: Sequence[Offer] = (),
                  make: Callable[[Offer], Engine] | None = None,
-                 memory: Callable[[], int | None] = available_memory):
+                 memory: Callable[[], int | None] = host.linux_available_memory):
         self.default = default
         self.offers: dict[str, Offer] = {default.id: default}
         for offer in offers:

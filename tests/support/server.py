@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sprinter_edge.processes import free_port
+
 HOST = "127.0.0.1"
 TIMEOUT = 120.0  # generous: the machine is shared with heavy jobs
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
