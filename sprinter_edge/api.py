@@ -27,6 +27,7 @@ from .decoding import (
     Strategy,
     all_settings,
 )
+from .decoding.proposers.reply_memory import ReplyMemory
 from .decoding.sampling import SamplingParams
 from .decoding.settings import resolve
 from .errors import SettingsError
@@ -81,7 +82,10 @@ class Engine:
     sampling settings (length, temperature, top-k/p, seed, stop texts) to each call, as one
     `SamplingParams`. With `method="auto"` the draft loads only when a plan drafts.
     `prompt_cache_mib` > 0 keeps the KV of earlier prompts in that much RAM, so a conversation
-    resumed after another one's request reads only its new tokens (0, the default: off)."""
+    resumed after another one's request reads only its new tokens (0, the default: off).
+    `reply_memory_tokens` > 0 keeps that many tokens of earlier replies as a copy source for the
+    next requests (an agent's replies recur in shape; 0, the default: off, so that one reply
+    never speeds up another in a measurement)."""
 
     def __init__(
         self,
@@ -96,6 +100,7 @@ class Engine:
         max_fp_rate: float | None = None,
         pair: PairSpec | None = None,
         prompt_cache_mib: float = 0,
+        reply_memory_tokens: int = 0,
         **settings: Any,
     ):
         self.models = ModelPair(Path(target_path), Path(draft_path) if draft_path else None,
@@ -111,6 +116,9 @@ class Engine:
         # conversation at a time (scripts, the bench) reuses the live KV anyway; the server and
         # the chat REPL turn it on (--cache-ram)
         self.prompt_cache = PromptCache.of_mib(prompt_cache_mib) if prompt_cache_mib > 0 else None
+        if reply_memory_tokens < 0:
+            raise SettingsError(f"reply_memory_tokens must be >= 0 (0: off), not {reply_memory_tokens}")
+        self.reply_memory = ReplyMemory(reply_memory_tokens) if reply_memory_tokens > 0 else None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -234,10 +242,12 @@ class Engine:
         return self.verification.threshold(point or self.settings.point, verifier, domain, regime)
 
     def reset_caches(self) -> None:
-        """Empty both KV caches and the prompt cache (the next call reads its prompt from
-        scratch)."""
+        """Empty both KV caches, the prompt cache and the reply memory (the next call reads its
+        prompt from scratch and copies from no earlier reply)."""
         if self.prompt_cache is not None:
             self.prompt_cache.clear()
+        if self.reply_memory is not None:
+            self.reply_memory.clear()
         self.models.reset()
 
     def reusable_prefix(self, model: LlamaModel, tokens: list[int]) -> int:

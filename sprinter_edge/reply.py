@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .backend.llama import LlamaModel
 from .backend.prompt_cache import PromptCache
 from .decoding import STRATEGIES, DecodeContext, Generation, Stats, Strategy
+from .decoding.proposers.reply_memory import ReplyMemory
 from .decoding.sampling import Sampler, SamplingParams
 from .errors import ContextOverflowError, SettingsError
 from .methods import exact_methods, get_strategy
@@ -33,6 +34,7 @@ class Engine(Protocol):
     models: ModelPair
     settings: Any
     prompt_cache: PromptCache | None
+    reply_memory: ReplyMemory | None
     verification: Verification
 
     @property
@@ -57,6 +59,7 @@ def start(engine: Engine, prompt: str | Sequence[Message] | list[int], params: S
         strategy = get_strategy(strategy.name, engine.planner())
     tokens = prompt_ids(model, prompt, chat)
     ctx = decode_context(engine.models, strategy, params, tokens, values, engine.prompt_cache)
+    ctx.reply_memory = engine.reply_memory
     request = model.detokenize(tokens) if isinstance(prompt, list) else prompt
     ctx.kind = ctx.stats.kind = request_kind(request)
     if params.prediction:

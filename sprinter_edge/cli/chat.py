@@ -15,7 +15,7 @@ from ..methods import get_strategy, methods
 from ..serving.chat_session import ChatSession
 from ..verifiers.operating_point import OperatingPoint
 from .common import (
-    add_cache_ram_arg,
+    add_across_requests_args,
     add_decoding_args,
     add_hardware_args,
     add_model_args,
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep the line-editing history (up arrow) in FILE across sessions")
     p.add_argument("--show-stats", action="store_true",
                    help="print a one-line summary of the counters after every reply")
-    add_cache_ram_arg(p)
+    add_across_requests_args(p)
     add_decoding_args(p, max_tokens_default=CHAT_MAX_TOKENS)
     add_model_args(p)
     add_hardware_args(p)

@@ -14,6 +14,7 @@ from ..backend.llama import AUTO_CTX, AUTO_CTX_MEMORY, FLASH_ATTN, default_gpu_l
 from ..backend.rpc import parse_endpoints
 from ..catalog.local import Pairing, pair
 from ..decoding import SamplingParams, all_settings
+from ..decoding.proposers.reply_memory import DEFAULT_TOKENS
 from ..errors import GrammarError, SettingsError
 from ..grammar import Constraint
 from ..methods import described, get_strategy, methods
@@ -153,11 +154,17 @@ def method_settings_from(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def add_cache_ram_arg(p: argparse.ArgumentParser) -> None:
+def add_across_requests_args(p: argparse.ArgumentParser) -> None:
+    """What a server or a chat keeps from one request to the next."""
     p.add_argument("--cache-ram", type=float, default=1024, metavar="MIB",
                    help="RAM for the KV state of recent prompts, kept across requests and "
                         "conversations: a turn after another conversation's request reads only its "
                         "new tokens, as llama-server's --cache-ram (default: %(default)s; 0: off)")
+    p.add_argument("--reply-memory", type=int, default=DEFAULT_TOKENS, metavar="TOKENS",
+                   help="earlier replies kept as a copy source for the next requests (an agent's "
+                        "replies recur in shape: a plan's sentence, a file's fence, a commit "
+                        "message), in tokens; the output is the same either way "
+                        "(default: %(default)s; 0: off)")
 
 
 def read_text(path: str, what: str) -> str:
@@ -240,6 +247,7 @@ def engine_kwargs(args: argparse.Namespace, *, method: str | None = None) -> dic
         threshold=getattr(args, "threshold", None), preset=getattr(args, "preset", None),
         max_fp_rate=getattr(args, "max_fp_rate", None),
         prompt_cache_mib=getattr(args, "cache_ram", 0),
+        reply_memory_tokens=getattr(args, "reply_memory", 0),
         **method_settings_from(args),
     )
 

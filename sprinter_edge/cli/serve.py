@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..backend.rpc import dial
 from ..catalog import local
 from .common import (
-    add_cache_ram_arg,
+    add_across_requests_args,
     add_decoding_args,
     add_hardware_args,
     add_model_args,
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="for debugging and measuring: run the engine on a thread of the server's own "
                         "process, not in a worker process the server restarts when it fails (an abort "
                         "inside llama.cpp then ends the server)")
-    add_cache_ram_arg(p)
+    add_across_requests_args(p)
     add_decoding_args(p, max_tokens_default=None)
     add_model_args(p)
     add_hardware_args(p)

@@ -21,6 +21,7 @@ from .stats import Origin, Stats
 
 if TYPE_CHECKING:
     from ..grammar.engine import Matcher
+    from .proposers.reply_memory import ReplyMemory
 
 Step = list[tuple[int, Origin]]  # tokens committed in one round, with where each came from
 
@@ -64,6 +65,7 @@ class DecodeContext:
     # the draft's tokenizer against the target's before any of its tokens is used
     draft_loader: Callable[[], LlamaModel] | None = None
     prompt_cache: PromptCache | None = None  # KV states of earlier prompts, restored by prefill
+    reply_memory: ReplyMemory | None = None  # earlier replies, a copy source (the reply joins it)
     # what every timing of the reply reads (its model calls, the verifier, the driver's total):
     # the wall clock; a test gives one that only what it charges moves
     clock: Callable[[], float] = time.perf_counter

@@ -211,6 +211,8 @@ class Generation:
         stats.guarantee_text = self.strategy.guarantee(stats)
         if ctx.prediction:
             stats.prediction = PredictionUsage.of(ctx.prediction, result.token_ids)
+        if ctx.reply_memory is not None:  # a copy source for the next requests
+            ctx.reply_memory.remember(self.prompt, result.token_ids)
         self.result = result
         if self.on_finish is not None:
             self.on_finish(stats)

@@ -90,14 +90,19 @@ class SuffixIndex:
     """Where each n-gram of the sequence occurred (n = `min_match`), grown as tokens commit.
 
     A `source` (the client's predicted output) is indexed before the sequence, behind a
-    separator no match crosses, and is the first place a match is looked for. `min_match` and
-    `max_match`: the shortest suffix looked up and the longest compared. `prompt`: the request,
-    indexed before the reply."""
+    separator no match crosses, and is the first place a match is looked for. `earlier`: replies
+    to earlier requests (reply_memory.py), each behind a separator after the source, the last
+    place looked (a tie goes to this request's text). `min_match` and `max_match`: the shortest
+    suffix looked up and the longest compared. `prompt`: the request, indexed before the reply."""
 
-    def __init__(self, source: Sequence[int] = (), prompt: Sequence[int] = (), *, min_match: int = MIN_MATCH,
+    def __init__(self, source: Sequence[int] = (), prompt: Sequence[int] = (), *,
+                 earlier: Sequence[Sequence[int]] = (), min_match: int = MIN_MATCH,
                  max_match: int = MAX_MATCH) -> None:
         self.min_match, self.max_match = min_match, max_match
         self.seq: list[int] = [*source, SEPARATOR] if source else []
+        self.earlier_at = len(self.seq)  # where the earlier replies start in `seq`
+        for reply in earlier:
+            self.seq += [*reply, SEPARATOR]
         self.offset = len(self.seq)  # where the committed sequence starts in `seq`
         self.where: dict[tuple[int, ...], list[int]] = {}
         self._index(0)
@@ -128,7 +133,8 @@ class SuffixIndex:
     def match(self, near: int | None = None, window: int = ALIGN_WINDOW) -> tuple[int, int]:
         """(length, end) of the longest earlier match of the sequence's suffix; (0, 0) if none.
         `end` is where the match ends: what followed it starts there. The source's occurrences
-        are compared first (they win a tie), then the most recent CANDIDATES of the rest.
+        are compared first (they win a tie), then the most recent CANDIDATES of the prompt and the
+        reply, then those of the earlier replies.
         `near`: where the copy stood in its source; a match ending within `window` tokens after
         it continues that copy and wins over a longer one elsewhere (a file of similar functions
         matches the previous function's reply longer than its own source)."""
@@ -143,8 +149,10 @@ class SuffixIndex:
             aligned = self._longest(ends[lo:hi])
             if aligned[0]:
                 return aligned
-        source = [e for e in ends[:CANDIDATES] if e < self.offset]
-        return self._longest([*source, *reversed(ends[-CANDIDATES - 1:])])
+        earlier_at = bisect.bisect_left(ends, self.earlier_at)
+        offset = bisect.bisect_left(ends, self.offset)
+        source, earlier = ends[:min(CANDIDATES, earlier_at)], ends[earlier_at:offset][-CANDIDATES:]
+        return self._longest([*source, *reversed(ends[-CANDIDATES - 1:]), *reversed(earlier)])
 
     def _longest(self, ends: Sequence[int]) -> tuple[int, int]:
         """(length, end) of the longest match of the suffix among those ending at `ends`
@@ -288,7 +296,9 @@ class PromptLookup(Proposer):
 
     def begin(self, ctx: DecodeContext, prompt: list[int]) -> None:
         p = self.copy_policy
-        self.index = SuffixIndex(ctx.prediction, prompt, min_match=p.min_match, max_match=p.max_match)
+        earlier = ctx.reply_memory.replies() if ctx.reply_memory is not None else ()
+        self.index = SuffixIndex(ctx.prediction, prompt, earlier=earlier, min_match=p.min_match,
+                                 max_match=p.max_match)
         self.memory = EditMemory(ctx.target if p.respell else None)  # its tokenizer spells renames
         self.layout = Layout(ctx.target if p.layout else None)
         self.lines = LineRates(ctx.target if p.line_rates else None)
