@@ -233,7 +233,10 @@ def test_prediction_under_auto_is_copied(client: openai.OpenAI) -> None:
     assert decoding["method"] == "auto" and decoding["kind"] == "edit" and decoding["exact"] is True
     assert decoding["copied_accepted"] >= 0.75 * n, decoding
     assert decoding["target_calls"] <= n // 4, decoding
-    assert before["copied_accepted"] == 0 and before["target_calls"] > decoding["target_calls"], before
+    # without the prediction auto copies only what its reply memory holds (the ar reply
+    # above, after a probe of the copy): fewer tokens, in more target calls
+    assert before["copied_accepted"] < decoding["copied_accepted"], before
+    assert before["target_calls"] > decoding["target_calls"], before
     assert decoding["accepted_prediction_tokens"] == details.accepted_prediction_tokens
 
 
