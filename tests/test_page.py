@@ -1,6 +1,7 @@
 """The chat page `serve` answers at GET /, used in a real headless Chromium (the system's
 package, driven by playwright): a message sent, the reply streamed with its tokens shaded by
-origin and its statistics shown, an error shown for a bad schema."""
+origin and its statistics shown, an error shown for a bad schema, a long prompt's reading shown
+while the reply waits for it."""
 
 from __future__ import annotations
 
@@ -70,5 +71,47 @@ def test_chat_in_a_browser(page_server: str, tmp_path: Path) -> None:
             error.wait_for(timeout=60_000)
             page.screenshot(path=str(SHOTS / "error.png"))
             assert "response_format" in error.inner_text()
+        finally:
+            browser.close()
+
+
+@pytest.mark.slow
+def test_the_page_shows_the_prompt_read(page_server: str) -> None:
+    """A long prompt: the reply's line says "reading the prompt N/M" until the reply comes (every
+    text the line was given is recorded, however fast the read)."""
+    from playwright import sync_api
+
+    if CHROMIUM is None:
+        pytest.fail("the system's chromium is missing: apt-get install chromium (.ci/run installs it)")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(page_server + "/")
+            page.wait_for_function("document.getElementById('status').textContent.includes('ready')",
+                                   timeout=120_000)
+            page.evaluate("""() => {
+                window.statsSeen = [];
+                new MutationObserver((records) => {
+                  for (const r of records) {
+                    if (!r.target.classList || !r.target.classList.contains("stats")) continue;
+                    for (const n of r.addedNodes) {
+                      if (n.nodeType === Node.TEXT_NODE) window.statsSeen.push(n.data);
+                    }
+                  }
+                }).observe(document.getElementById("log"), { childList: true, subtree: true });
+            }""")
+            page.select_option("#method", "ar")
+            page.fill("#max-tokens", "4")
+            page.fill("#prompt", "Page: " + " ".join(str(i) for i in range(160)))  # over n_batch tokens
+            page.click("#send")
+            reply = page.locator(".msg.assistant").last
+            reply.locator(".stats").filter(has_text="tok/s").wait_for(timeout=120_000)
+            seen = page.evaluate("window.statsSeen")
+            reads = [s for s in seen if s.startswith("reading the prompt ")]
+            assert len(reads) >= 3, seen
+            done, total = reads[-1].removeprefix("reading the prompt ").split()[0].split("/")
+            assert int(done) == int(total) > 512
+            assert "reading the prompt" not in reply.locator(".stats").inner_text()
         finally:
             browser.close()

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,9 +325,14 @@ class LlamaModel:
             llama_cpp.llama_set_embeddings(self._ctx, on)
             self._embeddings_on = on
 
-    def eval(self, tokens: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
+    def eval(self, tokens: list[int], *, n_logits: int = 1, hidden: bool = False,
+             on_progress: Callable[[int, int], None] | None = None) -> DecodeOutput:
         """Append `tokens` to the KV cache in one decode call (several only when longer than
-        n_batch) and return the logits (and hidden states) of the last `n_logits` of them."""
+        n_batch) and return the logits (and hidden states) of the last `n_logits` of them.
+
+        `on_progress(read, n)` is called after each decode call with the tokens of `tokens` in
+        the KV cache so far and len(tokens) (a long prompt's read, reported as it goes). The
+        cache and `tokens` agree after each call, so one that raises leaves what was read."""
         n = len(tokens)
         if n == 0:
             raise BackendError("eval() needs at least one token")
@@ -352,16 +358,25 @@ class LlamaModel:
             step = min(self.n_batch, head - pos)
             self._decode(tokens[pos : pos + step], start + pos, 0, embeddings=False)
             pos += step
+            self._count(tokens[pos - step : pos], pos, n, on_progress)
         self._decode(tokens[head:], start + head, n_logits, embeddings=hidden)
-        self.tokens.extend(tokens)
+        self._count(tokens[head:], n, n, on_progress)
         self.last_decoded = n
-        self.decoded_tokens += n
 
         rows = range(last_len - n_logits, last_len)
         logits = read_rows(llama_cpp.llama_get_logits_ith, self._ctx, rows, self.n_vocab, "logits")
         states = read_rows(llama_cpp.llama_get_embeddings_ith, self._ctx, rows, self.n_embd,
                            "hidden state") if hidden else None
         return DecodeOutput(logits=logits, hidden=states)
+
+    def _count(self, decoded: list[int], read: int, n: int,
+               on_progress: Callable[[int, int], None] | None) -> None:
+        """A decode call of `eval`'s done: its tokens counted at once (the bookkeeping then holds
+        whatever the callback does), then reported (`read` of `n`)."""
+        self.tokens.extend(decoded)
+        self.decoded_tokens += len(decoded)
+        if on_progress is not None:
+            on_progress(read, n)
 
     def _decode(self, tokens: list[int], start: int, n_logits: int, *, embeddings: bool) -> None:
         self._set_embeddings(embeddings)
@@ -423,17 +438,19 @@ class LlamaModel:
         self.tokens = list(tokens)
         return True
 
-    def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
+    def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False,
+             on_progress: Callable[[int, int], None] | None = None) -> DecodeOutput:
         """Make the KV cache hold exactly `context` and return the last `n_logits` rows.
 
         Reuses the longest common prefix already in the cache; the rows asked for are
-        always decoded anew (llama.cpp keeps no logits of earlier calls)."""
+        always decoded anew (llama.cpp keeps no logits of earlier calls). `on_progress`: as
+        `eval`'s, over the tokens it reads (not called when it reads none)."""
         keep = min(common_prefix(self.tokens, context), len(context) - n_logits)
         self.rollback(keep)
         if keep == len(context):
             self.last_decoded = 0
             return DecodeOutput(np.empty((0, self.n_vocab), np.float32), None)
-        return self.eval(context[keep:], n_logits=n_logits, hidden=hidden)
+        return self.eval(context[keep:], n_logits=n_logits, hidden=hidden, on_progress=on_progress)
 
 
 def read_rows(getter: Any, ctx: Any, rows: range, width: int, what: str) -> np.ndarray:

@@ -20,7 +20,7 @@ from .sprinter import Sprinter
 from .staged import Staged
 from .stats import Counters, Origin, PlanTrace, PointUsed, Stats, Timings
 from .strategy import Plan, PriceInputs, RoundPrice, Strategy
-from .stream import Chunk, Generation, GenerationResult
+from .stream import Chunk, Generation, GenerationResult, PromptProgress
 
 # The registry: a new method is its file and a line here. The order is the order `auto`
 # prices candidates in (ties go to the first).
@@ -31,6 +31,6 @@ STRATEGIES.update({
 
 __all__ = [
     "STRATEGIES", "Chunk", "Counters", "DecodeContext", "Generation", "GenerationResult", "Origin", "Plan",
-    "PlanTrace", "PointUsed", "PriceInputs", "RoundPrice", "Sampler", "SamplingParams", "Setting", "Stats",
-    "Step", "Strategy", "Timings", "TokenLogprob", "all_settings",
+    "PlanTrace", "PointUsed", "PriceInputs", "PromptProgress", "RoundPrice", "Sampler", "SamplingParams",
+    "Setting", "Stats", "Step", "Strategy", "Timings", "TokenLogprob", "all_settings",
 ]

@@ -7,7 +7,7 @@ import codecs
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ..backend.llama import LlamaModel
+from ..backend.llama import LlamaModel, common_prefix
 from .context import DecodeContext, TokenLogprob
 from .stats import Origin, PredictionUsage, Stats
 from .strategy import Strategy
@@ -26,6 +26,22 @@ class Chunk:
     token_ids: list[int]
     origins: list[Origin]
     logprobs: list[TokenLogprob] | None = None  # aligned with token_ids when asked for
+
+
+@dataclass(frozen=True)
+class PromptProgress:
+    """How far one model has read the reply's prompt, in llama.cpp server's terms (its
+    `prompt_progress`): `processed` of the prompt's `total` tokens are in the model's KV cache,
+    `cache` of them found there (or in a kept state) before the read began. Each model reads
+    all but the last token; the last comes with the first step, and the main model's last
+    report (processed == total) with it."""
+
+    role: str  # the model's: "target" | "draft"
+    main: bool  # the model the reply's text is of (the target, or the draft of a draft-only method)
+    total: int
+    cache: int
+    processed: int
+    seconds: float  # since the prompt's reading began (the reply's clock)
 
 
 @dataclass
@@ -83,7 +99,10 @@ class Generation:
     """Iterate for `Chunk`s; `result` holds the full text and statistics afterwards.
 
     Breaking out of the loop (or calling `close`) stops decoding; the result then has
-    finish_reason "cancelled"."""
+    finish_reason "cancelled". `on_progress`, set before the first chunk, hears of the
+    prompt's reading (`PromptProgress`: before each model reads, after each of its decode
+    calls, and the main model's last when the first step is done), so that a server can tell
+    a client that waits on a long prompt."""
 
     def __init__(
         self,
@@ -94,9 +113,12 @@ class Generation:
         stop: Sequence[str] = (),
         text_model: LlamaModel,
         on_finish: Callable[[Stats], None] | None = None,
+        on_progress: Callable[[PromptProgress], None] | None = None,
     ):
         self.strategy = strategy
         self.on_finish = on_finish  # called with the reply's stats once it ends
+        self.on_progress = on_progress
+        self._read: PromptProgress | None = None  # the main model's last report, until the first step
         self.ctx = ctx
         self.prompt = prompt
         self.stop = [s for s in stop if s]
@@ -142,7 +164,7 @@ class Generation:
         steps = None
         ctx.sampler.start(self.prompt)
         try:
-            self._prefill()
+            self._prefill(t_start)
             timings.prefill_seconds = clock() - t_start
             if ctx.max_new_tokens <= 0:
                 finish = "length"
@@ -152,6 +174,8 @@ class Generation:
             for step in steps:
                 if not timings.first_token_seconds:  # prompt read + first step, engine time only
                     timings.first_token_seconds = busy + clock() - t_resumed
+                if self._read is not None:  # the first step read the prompt's last token
+                    self._tell(self._read.role, True, self._read.cache, self._read.total, t_start)
                 for token, origin in step:
                     counters.count(origin)
                     if self.text_model.is_eog(token):  # the end token is generated work, not text
@@ -189,7 +213,7 @@ class Generation:
                                           stats=stats, finish_reason=finish, origins=out.origins,
                                           logprobs=out.logprobs if want_logprobs else None))
 
-    def _prefill(self) -> None:
+    def _prefill(self, t_start: float) -> None:
         """Every model reads the prompt but its last token, which the first decode of each
         strategy reads with its logits. What the target did not have to read is the reply's
         `cached_tokens`."""
@@ -198,9 +222,29 @@ class Generation:
         for model in self.strategy.prefill_models(ctx):
             if ctx.prompt_cache is not None:  # a longer prefix kept from an earlier request
                 ctx.prompt_cache.prepare(model, head)
-            model.sync(head, n_logits=0)
+            if self.on_progress is None:  # (test doubles of a model take no callback)
+                model.sync(head, n_logits=0)
+            else:
+                model.sync(head, n_logits=0, on_progress=self._reporter(model, head, t_start))
             if model is ctx.target:
                 ctx.stats.cached_tokens = len(head) - model.last_decoded
+
+    def _reporter(self, model: LlamaModel, head: list[int], t_start: float) -> Callable[[int, int], None]:
+        """Tells the start of `model`'s read (what it already holds) and returns the callback
+        that tells each decode call of it."""
+        role = "target" if model is self.ctx.target else "draft"
+        main = model is self.text_model
+        cache = common_prefix(model.tokens, head)  # what `sync` keeps
+        self._tell(role, main, cache, cache, t_start)
+        return lambda read, _n: self._tell(role, main, cache, cache + read, t_start)
+
+    def _tell(self, role: str, main: bool, cache: int, processed: int, t_start: float) -> None:
+        progress = PromptProgress(role, main, len(self.prompt), cache, processed,
+                                  self.ctx.clock() - t_start)
+        if main:  # kept for the last report, at the first step
+            self._read = progress if processed < progress.total else None
+        if self.on_progress is not None:
+            self.on_progress(progress)
 
     def _finish(self, result: GenerationResult) -> None:
         """The reply's last figures, its result, and the engine told."""

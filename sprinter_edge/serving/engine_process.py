@@ -11,8 +11,9 @@ Worker -> server, each `(kind, job id | None, value, pieces | None)`:
   "ready" (a Placement) once loaded, "failed" (the exception) when loading failed,
   "lost" (a TargetLostError) just before a lost rpc-server ends this process,
   "taken" (None) and "ended" (a Status) around each job,
-  and the job's own events, "started" (its prompt's tokens), "chunk", "done", "error", with the
-  bytes of the tokens they name that were not sent before (`pieces`): one message per chunk.
+  and the job's own events, "started" (its prompt's tokens), "progress" (a PromptProgress, while
+  it reads the prompt), "chunk", "done", "error", with the bytes of the tokens they name that
+  were not sent before (`pieces`): one message per chunk.
 """
 
 from __future__ import annotations

@@ -235,7 +235,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     if body.stream:
         shaper = ChatChunks(job.pieces, logprobs=body.logprobs, tools=plan.tool_stream(),
                             origins=bool(body.origins))
-        return stream_response(job, base, shaper, include_usage=_include_usage(body))
+        return stream_response(job, base, shaper, include_usage=_include_usage(body),
+                               progress=bool(body.return_progress))
     result = await collect(job)
     if not plan.tools:
         return chat_completion(base, result, job.pieces)
@@ -259,7 +260,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     base = envelope("cmpl", "text_completion", model_id)
     if body.stream:
         return stream_response(job, base, CompletionChunks(job.pieces),
-                               include_usage=_include_usage(body))
+                               include_usage=_include_usage(body), progress=bool(body.return_progress))
     return text_completion(base, await collect(job), job.pieces)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from fastapi.responses import StreamingResponse
 
-from ..decoding import Chunk, GenerationResult, SamplingParams
+from ..decoding import Chunk, GenerationResult, PromptProgress, SamplingParams
 from ..errors import ContextOverflowError, EngineStoppedError, GrammarError, SprinterError, TargetLostError
 from ..grammar import Constraint
 from ..verifiers.operating_point import OperatingPoint
@@ -22,6 +22,8 @@ from .responses import (
     chunk_event,
     final_events,
     generation_failed,
+    progress_comment,
+    progress_event,
     stream_error_event,
 )
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -34,6 +36,7 @@ class ChunkShaper(Protocol):
     """What a stream needs from the response side: the choices of each event."""
 
     def opening(self) -> Choice | None: ...
+    def waiting(self) -> Choice: ...
     def on_chunk(self, chunk: Chunk) -> list[Choice]: ...
     def on_done(self, result: GenerationResult) -> list[Choice]: ...
 
@@ -155,9 +158,11 @@ class JobStream(StreamingResponse):
 
 
 async def job_events(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
-                     include_usage: bool) -> AsyncIterator[str]:
+                     include_usage: bool, progress: bool = False) -> AsyncIterator[str]:
     """The server-sent events of a started job: one per choice `shaper` makes, the stream's
-    end (usage and counters) or its error, then [DONE]."""
+    end (usage and counters) or its error, then [DONE]. While the prompt is read, each report
+    of it is a `prompt_progress` chunk (`progress`: the request's `return_progress`) or an SSE
+    comment."""
     try:
         opening = shaper.opening()
         if opening is not None:
@@ -168,6 +173,8 @@ async def job_events(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
                 if event == "chunk":
                     for choice in shaper.on_chunk(value):
                         yield chunk_event(base, [choice])
+                elif event == "progress":
+                    yield progress_sse(base, shaper, value, progress)
                 elif event == "done":
                     for sse in final_events(base, shaper.on_done(value), value,
                                             include_usage=include_usage):
@@ -183,6 +190,15 @@ async def job_events(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
         job.cancel()
 
 
+def progress_sse(base: dict[str, Any], shaper: ChunkShaper, value: PromptProgress,
+                 progress: bool) -> str:
+    """A report of the prompt's reading: llama.cpp's chunk for the main model's read when the
+    client asked for it; otherwise (or the draft's read) a comment."""
+    if progress and value.main:
+        return progress_event(base, shaper.waiting(), value)
+    return progress_comment(value)
+
+
 def stream_response(job: Job, base: dict[str, Any], shaper: ChunkShaper, *,
-                    include_usage: bool) -> JobStream:
-    return JobStream(job_events(job, base, shaper, include_usage=include_usage), job)
+                    include_usage: bool, progress: bool = False) -> JobStream:
+    return JobStream(job_events(job, base, shaper, include_usage=include_usage, progress=progress), job)

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..decoding import Chunk, GenerationResult, TokenLogprob
+from ..decoding import Chunk, GenerationResult, PromptProgress, TokenLogprob
 from ..errors import EngineStoppedError
 from .tools import ToolCall, ToolStream
 
@@ -214,6 +214,22 @@ def final_events(base: dict[str, Any], choices: list[Choice], result: Generation
     return events
 
 
+def progress_event(base: dict[str, Any], choice: Choice, progress: PromptProgress) -> str:
+    """llama.cpp server's chunk for a stream that asked `return_progress`: a choice that says
+    nothing yet, and `prompt_progress` (processed of total tokens in the KV cache, cache of them
+    found there before the read; time_ms since it began)."""
+    return chunk_event(base, [choice], prompt_progress={
+        "total": progress.total, "cache": progress.cache, "processed": progress.processed,
+        "time_ms": round(progress.seconds * 1000)})
+
+
+def progress_comment(progress: PromptProgress) -> str:
+    """The same as an SSE comment, which every client skips: the bytes alone keep a client's
+    read timeout from firing while a long prompt is read."""
+    who = "" if progress.main else f"the {progress.role} "
+    return f": {who}reading the prompt {progress.processed}/{progress.total}\n\n"
+
+
 def stream_error_event(exc: BaseException) -> str:
     """A failure after the stream began (the status line is already sent)."""
     return sse({"error": {"message": f"generation failed: {exc}", "type": "server_error"}})
@@ -234,6 +250,11 @@ class ChatChunks:
     def opening(self) -> Choice:
         delta = {"role": "assistant"} if self.tools is not None else {"role": "assistant", "content": ""}
         return {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
+
+    def waiting(self) -> Choice:
+        """The choice of a progress chunk, as llama.cpp's server sends it."""
+        return {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None,
+                "logprobs": None}
 
     def on_chunk(self, chunk: Chunk) -> list[Choice]:
         self._held.extend(chunk.logprobs or ())
@@ -278,6 +299,9 @@ class CompletionChunks:
 
     def opening(self) -> Choice | None:
         return None
+
+    def waiting(self) -> Choice:
+        return {"index": 0, "text": "", "logprobs": None, "finish_reason": None}
 
     def on_chunk(self, chunk: Chunk) -> list[Choice]:
         if not chunk.text and not chunk.logprobs:

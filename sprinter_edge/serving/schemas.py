@@ -2,10 +2,10 @@
 
 The standard OpenAI fields that sprinter-edge cannot honour are accepted only at their
 neutral values, so a client that sends them explicitly still works; `method`, `threshold`,
-`top_k`, `repeat_penalty`, `repeat_last_n`, `json_schema` and `grammar` are extensions (all but
-the first two named as in llama.cpp's server); `model` may be any name. The structured-output
-fields are kept as sent here and compiled by jobs.request_params, where a bad one is a 400
-naming its field. docs/server.md lists every field."""
+`top_k`, `repeat_penalty`, `repeat_last_n`, `return_progress`, `json_schema` and `grammar` are
+extensions (all but the first two named as in llama.cpp's server); `model` may be any name.
+The structured-output fields are kept as sent here and compiled by jobs.request_params, where
+a bad one is a 400 naming its field. docs/server.md lists every field."""
 
 from __future__ import annotations
 
@@ -133,6 +133,9 @@ class _GenerationFields(_Strict):
     # llama.cpp server names
     repeat_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     repeat_last_n: int | None = Field(default=None, ge=-1)
+    # a stream tells how far the prompt's reading is, in `prompt_progress` chunks (without it:
+    # SSE comments, which every client skips, keep a long read from looking like a dead server)
+    return_progress: bool | None = None
     # structured output: OpenAI's response_format, llama.cpp's json_schema and grammar (GBNF)
     response_format: dict[str, Any] | None = None
     json_schema: dict[str, Any] | None = None

@@ -12,8 +12,9 @@ target on rpc-servers, once every one answers again. Meanwhile /health and new r
 A hung worker: an rpc-server alive but silent leaves llama.cpp waiting for ever. With the
 target on rpc-servers (or SPRINTER_EDGE_STALL_SECONDS set), a worker that sends nothing for
 `stall` seconds while it runs a reply is killed and replaced; while it reads the prompt, the
-bound grows by READ_SECONDS_PER_TOKEN for each of its tokens (a chunk of the prompt is one
-llama.cpp call, which tells nothing until it returns). Loading a model has no bound.
+bound grows by READ_SECONDS_PER_TOKEN for each of its tokens still to read (a chunk of the
+prompt is one llama.cpp call, which tells nothing until it returns: its "progress" event comes
+after). Loading a model has no bound.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ STALL_SECONDS = 120.0  # with --target-rpc: a reply silent this long is hung
 STALL_ENV = "SPRINTER_EDGE_STALL_SECONDS"
 READ_SECONDS_PER_TOKEN = 0.25  # a prompt read at 4 tokens/s or faster is not hung
 MAX_BACKOFF = 30.0  # seconds between tries: dialling a lost rpc-server, loading again
-JOB_EVENTS = frozenset(("started", "chunk", "done", "error"))
+JOB_EVENTS = frozenset(("started", "progress", "chunk", "done", "error"))
 
 
 def exit_text(code: int | None) -> str:
@@ -54,6 +55,15 @@ def exit_text(code: int | None) -> str:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
+
+
+def _to_read(kind: str, value: Any) -> int:
+    """The prompt tokens a job still has to read after this event of its."""
+    if kind == "started":  # the prompt's tokens
+        return value
+    if kind == "progress":  # a PromptProgress
+        return value.total - value.processed
+    return 0
 
 
 class SupervisedWorker:
@@ -211,7 +221,7 @@ class SupervisedWorker:
                         job.pieces.update(pieces)
                     job.emit(kind, value)
                 if self.stall is not None:
-                    self._watch(self.stall + (value * READ_SECONDS_PER_TOKEN if kind == "started" else 0))
+                    self._watch(self.stall + _to_read(kind, value) * READ_SECONDS_PER_TOKEN)
             elif kind == "taken":  # no bound while it sets up (a model may load)
                 self._running, self._deadline = job_id, None
             elif kind == "ended":

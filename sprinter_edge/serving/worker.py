@@ -1,7 +1,7 @@
 """The engine's side of the server: one request at a time, in arrival order.
 
 `Runner` runs a request on the Engine (the models' KV caches are its alone, so requests never
-interleave) and tells its events (started, chunk, done, error) to the request's `Task`.
+interleave) and tells its events (started, progress, chunk, done, error) to the request's `Task`.
 `serve` runs it in a worker process (engine_process.py, supervised by supervisor.py), so that
 an abort inside llama.cpp never takes the server down; `EngineWorker` runs it on a thread of
 this process instead (`serve --in-process`, and apps built in-process by `create_app`).
@@ -20,6 +20,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from ..api import Engine
@@ -29,7 +30,9 @@ from .models import ServedModels
 
 log = logging.getLogger(__name__)
 
-Event = tuple[str, Any]  # ("started", n) | ("chunk", Chunk) | ("done", GenerationResult) | ("error", exc)
+# ("started", n) | ("progress", PromptProgress) | ("chunk", Chunk) | ("done", GenerationResult)
+# | ("error", exc)
+Event = tuple[str, Any]
 # A prompt the runner builds with the engine (e.g. rendered with tools): token ids. It crosses to
 # the worker process, so a module-level function (or a functools.partial of one), no closure.
 PromptBuilder = Callable[[Engine], list[int]]
@@ -175,6 +178,9 @@ class Runner:
             task.emit("error", exc)
             return
         task.emit("started", len(gen.prompt))  # the prompt's tokens: the supervisor's bound
+        # the prompt's reading, as it goes: a stream tells its client (a long prompt is minutes
+        # of silence otherwise), and the supervisor knows the worker is alive
+        gen.on_progress = partial(task.emit, "progress")
         try:
             for chunk in gen:
                 if task.cancelled.is_set():
