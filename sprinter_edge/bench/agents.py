@@ -15,8 +15,9 @@ summarises its chat history in a background thread (two requests, the reply read
 prompt of its own), which an interactive session runs while the user reads the edit, and a
 `--message` command waits for; the tokens the server read and wrote and its seconds for each,
 read from the server before and after the turn (`serve`'s /health totals, llama-server's
-/metrics), summaries included; and whether the edit is done, by the task's own check on the
-file aider wrote (turn 2: the comment is there and the code is the code turn 1 left).
+/metrics and, for its requests, its log), summaries included; and whether the edit is done, by
+the task's own check on the file aider wrote (turn 2: the comment is there and the code is the
+code turn 1 left).
 """
 
 from __future__ import annotations
@@ -50,11 +51,15 @@ COMMENT = "# Reviewed."
 AIDER_TIMEOUT = 1800.0  # seconds one aider turn may take
 WATCH_SECONDS = 0.05  # how often the file is looked at while aider runs
 SERVER_CTX = 16384  # every server's context: an agent's request, its file and the file back
-# aider, offline and quiet: no update check, no analytics, no repository map, no git, no linting
-AIDER_FLAGS = ("--no-check-update", "--no-analytics", "--no-show-model-warnings", "--map-tokens", "0",
-               "--yes-always", "--no-git", "--no-auto-lint", "--no-auto-test", "--no-pretty",
-               "--no-fancy-input", "--no-show-release-notes", "--no-suggest-shell-commands",
-               "--no-detect-urls", "--timeout", str(int(AIDER_TIMEOUT)))
+# aider, offline and quiet: no update check, no analytics, no question asked, no linting
+AIDER_QUIET = ("--no-check-update", "--no-analytics", "--no-show-model-warnings", "--yes-always",
+               "--no-auto-lint", "--no-auto-test", "--no-pretty", "--no-fancy-input",
+               "--no-show-release-notes", "--no-suggest-shell-commands", "--no-detect-urls",
+               "--timeout", str(int(AIDER_TIMEOUT)))
+# and, for one file in a folder of its own, no repository map and no git (session.py keeps both)
+AIDER_FLAGS = (*AIDER_QUIET, "--map-tokens", "0", "--no-git")
+# llama-server logs this as a slot ends each completion: its requests (its metrics count none)
+COMPLETION_LOGGED = "stop processing:"
 AIDER_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # litellm fetches a price list otherwise
 
 
@@ -130,6 +135,7 @@ class ServeRow(Server):
             body = json.loads(resp.read())
         totals = body["totals"]
         return {**totals, "prompt_tokens": totals["prompt_tokens_read"],
+                "prompt_tokens_cached": totals["prompt_tokens"] - totals["prompt_tokens_read"],
                 "requests": body["completed"] + body["cancelled"] + body["failed"]}
 
     def close(self) -> None:
@@ -137,12 +143,14 @@ class ServeRow(Server):
 
 
 class LlamaServerRow(Server):
-    """llama.cpp's own server in one configuration (`SERVER_CONFIGS`), one slot, /metrics on."""
+    """llama.cpp's own server in one configuration (`SERVER_CONFIGS`), one slot, /metrics on,
+    its prompt cache in RAM as large as `serve`'s default; `options`: more of its options."""
 
-    def __init__(self, name: str, binary: Path, target: Path, draft: Path | None, threads: int | None):
+    def __init__(self, name: str, binary: Path, target: Path, draft: Path | None, threads: int | None,
+                 options: Sequence[str] = ()):
         self.name, self.model = name, "llama"
         self.server = LlamaServer(name, binary, target, draft=draft, n_ctx=SERVER_CTX, n_threads=threads,
-                                  options=("--metrics", "--cache-ram", "1024")).start()
+                                  options=("--metrics", "--cache-ram", "1024", *options)).start()
         self.base = self.server.url
 
     def totals(self) -> dict[str, float]:
@@ -154,10 +162,11 @@ class LlamaServerRow(Server):
                 name, _, value = line.partition(" ")
                 metrics[name.removeprefix("llamacpp:")] = float(value)
         return {"prompt_tokens": metrics.get("prompt_tokens_total", 0.0),
+                "prompt_tokens_cached": metrics.get("prompt_tokens_cached_total", 0.0),
                 "completion_tokens": metrics.get("tokens_predicted_total", 0.0),
                 "prompt_seconds": metrics.get("prompt_seconds_total", 0.0),
                 "decode_seconds": metrics.get("tokens_predicted_seconds_total", 0.0),
-                "requests": 0.0}  # (its metrics count no requests)
+                "requests": float(self.server.log_text().count(COMPLETION_LOGGED))}
 
     def close(self) -> None:
         self.server.close()
@@ -174,46 +183,57 @@ def _wait_ready(base: str, proc: subprocess.Popen[bytes], log_file: Path, timeou
 
 # ---------------------------------------------------------------------------- aider
 
-def aider_command(aider: Path, server: Server, edit_format: str, file: Path, message: str,
-                  home: Path) -> list[str]:
-    """One aider turn: `message` about `file`, against `server`, then exit."""
-    return [str(aider), str(file), "--message", message, "--model", f"openai/{server.model}",
+def aider_command(aider: Path, server: Server, edit_format: str, file: Path | Sequence[Path], message: str,
+                  home: Path, flags: Sequence[str] = AIDER_FLAGS) -> list[str]:
+    """One aider turn: `message` about `file` (or these files), against `server`, then exit."""
+    return [str(aider), *map(str, _paths(file)), "--message", message, "--model", f"openai/{server.model}",
             "--openai-api-base", server.base + "/v1", "--openai-api-key", "none",
             "--edit-format", edit_format, "--chat-history-file", str(home / "chat.md"),
-            "--input-history-file", str(home / "input.txt"), *AIDER_FLAGS]
+            "--input-history-file", str(home / "input.txt"), *flags]
+
+
+def _paths(file: Path | Sequence[Path]) -> list[Path]:
+    return [file] if isinstance(file, Path) else list(file)
 
 
 @dataclass
 class AiderRun:
-    written_seconds: float | None  # command to the file written (None: aider wrote none)
+    written_seconds: float | None  # command to the file(s) written, the last of them (None: none)
     exit_seconds: float
     exit_code: int
     output: str  # the tail of aider's output
 
 
-def run_aider(aider: Path, server: Server, edit_format: str, file: Path, message: str,
-              home: Path) -> AiderRun:
-    """One aider command, the file watched for aider's write while it runs."""
+def run_aider(aider: Path, server: Server, edit_format: str, file: Path | Sequence[Path], message: str,
+              home: Path, flags: Sequence[str] = AIDER_FLAGS) -> AiderRun:
+    """One aider command, run in the (first) file's folder, the files watched for aider's
+    writes while it runs: written when the last file it changed was."""
+    files = _paths(file)
     env = {**os.environ, **AIDER_ENV, "HOME": str(home)}  # aider keeps its own files under HOME
-    before = _file_state(file)
-    written = None
+    before = {f: _file_state(f) for f in files}
+    changed: dict[Path, float] = {}  # file -> seconds to its first write
+
+    def watch(now: float) -> None:
+        for f in files:
+            if f not in changed and _file_state(f) != before[f]:
+                changed[f] = now
+
     timed_out = False
     with tempfile.TemporaryFile("w+") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(aider_command(aider, server, edit_format, file, message, home),
-                                cwd=file.parent, env=env, stdin=subprocess.DEVNULL, stdout=out,
+        proc = subprocess.Popen(aider_command(aider, server, edit_format, files, message, home, flags),
+                                cwd=files[0].parent, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, text=True)
         while proc.poll() is None:
-            if written is None and _file_state(file) != before:
-                written = time.perf_counter() - t0
+            watch(time.perf_counter() - t0)
             if time.perf_counter() - t0 > AIDER_TIMEOUT:
                 stop_process(proc, grace=5)
                 timed_out = True
                 break
             time.sleep(WATCH_SECONDS)
         exited = time.perf_counter() - t0
-        if written is None and _file_state(file) != before:  # written in the last poll's interval
-            written = exited
+        watch(exited)  # written in the last poll's interval
+        written = max(changed.values(), default=None)
         if timed_out:
             return AiderRun(written, exited, 124, f"aider timed out after {AIDER_TIMEOUT:.0f} s")
         out.seek(0)
@@ -301,7 +321,8 @@ class AgentsOutcome:
 
 
 def open_server(row: str, *, model_args: Sequence[str], target: Path, draft: Path | None,
-                threads: int | None, log_dir: Path) -> Server:
+                threads: int | None, log_dir: Path, llama_options: Sequence[str] = ()) -> Server:
+    """A row's server, started; `llama_options`: more options for a llama-server row."""
     if row.startswith("serve:"):
         method, _, extra = row.removeprefix("serve:").partition(" ")
         return ServeRow(method, model_args, threads, log_dir, extra.split())
@@ -312,7 +333,7 @@ def open_server(row: str, *, model_args: Sequence[str], target: Path, draft: Pat
         if binary is None:
             raise SprinterError("llama-server is not built: run tools/build_llama_server.sh "
                                 "(setup.sh --dev does)")
-        return LlamaServerRow(row, binary, target, draft, threads)
+        return LlamaServerRow(row, binary, target, draft, threads, llama_options)
     raise SprinterError(f"unknown agents row {row!r}: serve:METHOD or one of {', '.join(SERVER_CONFIGS)}")
 
 

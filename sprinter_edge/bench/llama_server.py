@@ -193,13 +193,17 @@ class LlamaServer:
         assert self.proc is not None
         wait_healthy(self.url, self.proc, self.startup_timeout, f"{self.name} ({self.binary})")
 
-    def log_tail(self, lines: int = 6) -> str:
+    def log_text(self) -> str:
+        """The server's log so far ("" when it has none)."""
         if self._log_path is None:
             return ""
         try:
-            text = self._log_path.read_text(encoding="utf-8", errors="replace")
+            return self._log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
+
+    def log_tail(self, lines: int = 6) -> str:
+        text = self.log_text()
         return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
     def close(self) -> None:

@@ -9,9 +9,10 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..backend.rpc import parse_endpoints
-from ..bench import costmodel, edits, structured
+from ..bench import costmodel, edits, session, structured
 from ..bench.llama_server import SERVER_CONFIGS, SERVER_METHODS, server_base
 from ..bench.results import DEFAULT_METHODS, DEFAULTS, QUICK, BenchConfig
 from ..bench.runner import all_methods, split_methods
@@ -19,6 +20,9 @@ from ..errors import SprinterError
 from ..verifiers.calibration import PRESETS
 from .common import add_hardware_args, add_method_settings, add_model_args, engine_from, method_settings_from
 from .extras import require
+
+if TYPE_CHECKING:
+    from ..api import Engine
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -125,12 +129,37 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "time, the server's tokens and seconds and the edits done (agents.json, "
                         "agents.md in --out); the other workloads do not run")
     g.add_argument("--agent-formats", default="whole", metavar="FORMAT,...",
-                   help="aider's edit formats for --agents: whole, diff (comma-separated)")
+                   help="aider's edit formats for --agents and --session: whole, diff (comma-separated)")
     g.add_argument("--agent-rows", default="serve:auto,llama-server,llama-server-ngram-mod",
                    metavar="ROW,...",
                    help="the servers --agents drives, one after another: serve:METHOD (`sprinter-edge "
                         "serve --method METHOD`, else its defaults) or a llama-server configuration ("
                         + ", ".join(SERVER_CONFIGS) + ")")
+    g.add_argument("--session", action="store_true",
+                   help="run the agents session instead: aider (from .venv-aider) in a fresh git repository "
+                        "of three standard-library modules (report split), "
+                        f"{len(session.TASKS) + 1} turns of different edits across them (a rename, type "
+                        "hints, docstrings, a comment above the renamed function), git on (aider commits "
+                        "each edit), its repository map at its default, the chat history restored each "
+                        "turn; each --session-rows server runs the whole session once, in the format of "
+                        "--agent-formats; reports per turn the wait to the files written and to aider's "
+                        "exit, the prompt tokens each server read and reused, the tokens written and the "
+                        "edits done, per session each row's wait against --session-baseline's over the "
+                        "turns both wrote (session.json, session.md in --out); the other workloads do "
+                        "not run")
+    g.add_argument("--session-rows", default=",".join(session.DEFAULT_ROWS), metavar="ROW,...",
+                   help="the servers --session drives, one after another: serve:METHOD (`sprinter-edge "
+                        "serve --method METHOD`, its defaults otherwise: its --cache-ram prompt cache "
+                        "too) or a llama-server configuration (" + ", ".join(SERVER_CONFIGS) + "), every "
+                        "one with its prompt cache (--cache-ram 1024, as serve's), and with "
+                        f"'{session.REUSE}' slot reuse too ({' '.join(session.REUSE_OPTIONS)})")
+    g.add_argument("--session-orders", choices=session.ORDERS, default="given",
+                   help="--session's passes over the rows: 'given' runs them once in the order of "
+                        "--session-rows, 'both' then once more in reverse (serve first, then llama.cpp "
+                        "first)")
+    g.add_argument("--session-baseline", default=session.BASELINE, metavar="ROW",
+                   help="the --session-rows row each other row's wait and prompt tokens read are "
+                        f"compared with (the issue's target: serve at most {session.TARGET}x its wait)")
     g.add_argument("--rpc-delays", default=None, metavar="MS,...",
                    help="run the whole bench once per delay with the target across a network: "
                         "llama.cpp's ggml-rpc-server (tools/build_llama_server.sh builds it) holds the "
@@ -255,11 +284,9 @@ def run_agents(args: argparse.Namespace) -> int:
                                  threads=args.threads,
                                  command=command_line())
     engine = engine_from(args, method="ar", with_draft=bool(args.draft or not args.target))
-    model_args = (["--target", str(engine.target_path)] + (["--draft", str(engine.draft_path)]
-                                                           if engine.draft_path else [])
-                  if args.target else ["--pair", args.pair])
     args.out.mkdir(parents=True, exist_ok=True)
-    outcome = agents.run(config, model_args=model_args, target=engine.target_path, draft=engine.draft_path,
+    outcome = agents.run(config, model_args=model_args_of(args, engine), target=engine.target_path,
+                         draft=engine.draft_path,
                          say=lambda line: print(line, file=sys.stderr, flush=True), logs=args.out)
     paths = agents.write(outcome, args.out)
     print(agents.markdown(outcome))
@@ -267,7 +294,44 @@ def run_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_args_of(args: argparse.Namespace, engine: Engine) -> list[str]:
+    """The model flags a `serve` row starts with: the files the engine resolved, or the pair."""
+    if not args.target:
+        return ["--pair", args.pair]
+    draft = engine.draft_path
+    return ["--target", str(engine.target_path)] + (["--draft", str(draft)] if draft else [])
+
+
+def run_session(args: argparse.Namespace) -> int:
+    """`bench --session`: aider's session through each server (bench/session.py)."""
+    formats = tuple(f.strip() for f in args.agent_formats.split(",") if f.strip())
+    if not formats or any(f not in session.FORMATS for f in formats):
+        raise SprinterError(f"--agent-formats takes {', '.join(session.FORMATS)}: {args.agent_formats!r}")
+    rows = tuple(r.strip() for r in args.session_rows.split(",") if r.strip())
+    if not rows:
+        raise SprinterError("--session-rows names no row")
+    for row in rows:
+        session.check_row(row)
+    if args.session_baseline not in rows:
+        print(f"note: --session-baseline {args.session_baseline} is not among --session-rows: no ratios",
+              file=sys.stderr)
+    config = session.SessionConfig(rows=rows, orders=args.session_orders, formats=formats,
+                                   baseline=args.session_baseline, threads=args.threads,
+                                   command=command_line())
+    engine = engine_from(args, method="ar", with_draft=bool(args.draft or not args.target))
+    args.out.mkdir(parents=True, exist_ok=True)
+    outcome = session.run(config, model_args=model_args_of(args, engine), target=engine.target_path,
+                          draft=engine.draft_path, say=lambda line: print(line, file=sys.stderr, flush=True),
+                          logs=args.out)
+    paths = session.write(outcome, args.out)
+    print(session.markdown(outcome))
+    print(f"wrote {', '.join(map(str, paths))} ({outcome.wall_seconds:.0f} s)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.session:
+        return run_session(args)
     if args.agents:
         return run_agents(args)
     if args.rpc_delays:
