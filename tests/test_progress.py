@@ -6,6 +6,7 @@ not fire on a long prompt. The protocol is checked, never a timing."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from support.server import TIMEOUT, fixture_server_args, running_server
 from sprinter_edge import Engine
 from sprinter_edge.backend.llama import LlamaModel, LoadOptions
 from sprinter_edge.decoding import PromptProgress, SamplingParams
+from sprinter_edge.serving.worker import Request, Runner
 
 WAITING = {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None,
            "logprobs": None}
@@ -245,3 +247,31 @@ def test_completions_and_the_draft(server: str) -> None:
     assert comments and all(c.startswith("the draft reading the prompt ") for c in comments)
     progress = progress_of(events)
     assert progress[-1]["processed"] == progress[-1]["total"]
+
+
+class Client:
+    """A task; `leaves`: its client goes away once the first decode call of its prompt is
+    reported."""
+
+    def __init__(self, prompt: str, *, leaves: bool):
+        self.request = Request(prompt, {"params": SamplingParams(max_tokens=4), "method": "ar"})
+        self.cancelled, self.pieces, self.leaves = threading.Event(), {}, leaves
+        self.events: list[tuple[str, Any]] = []
+
+    def emit(self, event: str, value: Any = None) -> None:
+        self.events.append((event, value))
+        if self.leaves and event == "progress" and value.processed > value.cache:
+            self.cancelled.set()
+
+
+def test_a_job_cancelled_while_its_prompt_is_read_stops_at_that_call(fixture_engine: Engine) -> None:
+    runner = Runner(fixture_engine)
+    task = Client(long_prompt("Cancelled"), leaves=True)
+    runner.run(task)
+    target = fixture_engine.models.target
+    assert [e for e, _ in task.events] == ["started", "progress", "progress"]  # no chunk, no error
+    assert task.events[-1][1].processed == len(target.tokens) < task.events[-1][1].total - 1
+    assert runner.counters.cancelled == 1 and runner.counters.failed == 0
+    after = Client("Say hi.", leaves=False)
+    runner.run(after)  # the runner is free, and the next request runs as always
+    assert after.events[-1][0] == "done" and runner.counters.completed == 1

@@ -6,8 +6,9 @@ interleave) and tells its events (started, progress, chunk, done, error) to the 
 an abort inside llama.cpp never takes the server down; `EngineWorker` runs it on a thread of
 this process instead (`serve --in-process`, and apps built in-process by `create_app`).
 
-Cancelling a job (client gone) closes its Generation at the next decoding step, which frees
-the runner for the next request."""
+Cancelling a job (client gone) closes its Generation at the next decoding step, or, while its
+prompt is read, at the end of the decode call reading it (what was read stays in the KV cache
+for the next request), which frees the runner for the next request."""
 
 from __future__ import annotations
 
@@ -130,6 +131,17 @@ class Placement:
     models_loaded: list[str] | None = None
 
 
+class ReadCancelled(Exception):
+    """The client went away while its prompt was read (`_report`)."""
+
+
+def _report(task: Task, progress: Any) -> None:
+    """Tell the task how far its prompt is read; stop the read if it was cancelled meanwhile."""
+    task.emit("progress", progress)
+    if task.cancelled.is_set():
+        raise ReadCancelled
+
+
 class Runner:
     """Runs requests on the engine, one at a time, on whatever thread calls `run`."""
 
@@ -180,7 +192,7 @@ class Runner:
         task.emit("started", len(gen.prompt))  # the prompt's tokens: the supervisor's bound
         # the prompt's reading, as it goes: a stream tells its client (a long prompt is minutes
         # of silence otherwise), and the supervisor knows the worker is alive
-        gen.on_progress = partial(task.emit, "progress")
+        gen.on_progress = partial(_report, task)
         try:
             for chunk in gen:
                 if task.cancelled.is_set():
@@ -189,6 +201,8 @@ class Runner:
                 if req.origins:
                     self._note_tokens(task, chunk.token_ids)
                 task.emit("chunk", chunk)
+        except ReadCancelled:
+            pass
         except Exception as exc:
             log.exception("generation failed")
             self.counters.failed += 1
