@@ -11,6 +11,7 @@ root. Fenced code blocks are not read for links.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -230,3 +231,125 @@ def test_every_table_the_script_defines_is_on_a_page() -> None:
     rt = render_tables()
     shown = set().union(*(rt.blocks((ROOT / page).read_text(encoding="utf-8")) for page in rt.PAGES))
     assert sorted(set(rt.TABLES) - shown) == []
+
+
+
+def session_outcome(baseline: str | None = None) -> dict:
+    """A session.json as `bench --session --session-orders both` writes it (bench/session.py's
+    own dataclasses and summary), with made-up numbers: the baseline wrote nothing in turn 3 of
+    pass 1, `serve` nothing in turn 4 of pass 2; the plain server's turn 2 not done."""
+    from sprinter_edge.bench import session
+
+    plan = session.session_plan()
+    config = session.SessionConfig(orders="both", baseline=baseline or session.BASELINE,
+                                   command="sprinter-edge bench --session --session-orders both --threads 2 "
+                                           "--offline --out /tmp/x/bench-out --no-progress")
+    waits = {"serve:auto": (30.0, 40.0, 50.0, 20.0), session.BASELINE: (60.0, 70.0, 90.0, 40.0),
+             "llama-server": (80.0, 100.0, 120.0, 50.0)}
+    reads = {"serve:auto": 900, session.BASELINE: 1500, "llama-server": 4000}
+    turns = []
+    for order, rows in enumerate(session.passes(config), 1):
+        for row in rows:
+            for n, (step, wait) in enumerate(zip(plan.steps, waits[row], strict=True), 1):
+                written = (row, n, order) not in {(session.BASELINE, 3, 1), ("serve:auto", 4, 2)}
+                done = written and (row, n) != ("llama-server", 2)
+                read = reads[row] * n
+                turns.append(session.SessionTurn(
+                    row, order, "whole", n, step.edit, list(step.files), wait + order, written,
+                    wait + order + 10.0, done, "" if done else "change not made", commits=int(written),
+                    requests=3, prompt_tokens=read, cached_tokens=5000 * n - read // 2,
+                    completion_tokens=700 + 10 * n, prompt_seconds=read / 100, decode_seconds=20.0))
+    outcome = session.SessionOutcome(config, [s.describe() for s in plan.steps], plan.split, turns,
+                                     machine={"cpu": "AMD EPYC", "date": "2026-12-08",
+                                              "aider": "aider 0.86.2"},
+                                     notes=["llama-server-ngram-mod+reuse: a note"])
+    return json.loads(json.dumps(outcome.to_dict()))
+
+
+def rendered_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: dict) -> list[str]:
+    """The `session` and `session-turns` blocks of a page rendered from `data` as a file of
+    results/ (tables registered for the test only): each block's lines."""
+    rt = render_tables()
+    (tmp_path / "session-test.json").write_text(json.dumps(data))
+    monkeypatch.setattr(rt, "RESULTS", tmp_path)
+    monkeypatch.setitem(rt.TABLES, "session-test", rt.Session("session-test.json"))
+    monkeypatch.setitem(rt.TABLES, "session-test-turns", rt.Session("session-test.json", turns=True))
+    where = {"session-test.json": ("2026-12-08", "EPYC Zen 4", "`not this command`")}
+    page = "".join(f"<!-- table: {name} -->\n<!-- /table -->\n"
+                   for name in ("session-test", "session-test-turns"))
+    rt.load.cache_clear()
+    try:
+        text = rt.render_text(page, "docs/results.md", where)
+    finally:
+        rt.load.cache_clear()
+    return [body.splitlines() for body in rt.blocks(text).values()]
+
+
+def test_a_session_renders_one_row_per_pass_and_server_and_one_per_turn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `Session` kind on a session.json: per pass and server the waits summed, the one to
+    the files written over the turns both the row and the baseline wrote (pass 1: 1, 2 and 4;
+    serve 31 + 41 + 21 s against 61 + 71 + 41 s), and per turn a group of columns per server."""
+    rows, turns = rendered_session(tmp_path, monkeypatch, session_outcome())
+    reuse = "llama.cpp's server, ngram-mod, with `--cache-reuse 256`"
+    command = ("from [results/session-test.json](../results/session-test.json): "
+               "`sprinter-edge bench --session --session-orders both --threads 2 --offline`")
+    assert rows[0].startswith("2026-12-08, EPYC Zen 4, aider 0.86.2 (edit format `whole`) in a fresh git "
+                              "repository of modules of the report split, 4 turns (rename function in "
+                              "`fnmatch.py`, type hints in `unittest_util.py`, ")
+    assert (f"one at a time: `sprinter-edge serve` (auto), then {reuse}, then llama.cpp's server, plain; "
+            "pass 2 the same in reverse; note: llama-server-ngram-mod+reuse: a note; the waits from the "
+            f"command, summed over the turns, ratios against {reuse} (the baseline) in the same pass, "
+            f"{command}") in rows[0]
+    assert rows[2:] == [
+        "| pass | server | turns written | to files written, the turns both it and the baseline wrote | "
+        "vs the baseline | to aider's exit, every turn | edits done | prompt tokens read (s) | reused | "
+        "read vs the baseline | tokens written | requests |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| 1 | `sprinter-edge serve` (auto) | 4/4 | 93.0 s (3 turns) | 0.54x | 184.0 s | 4/4 | 9,000 (90 s) "
+        "| 45,500 | 0.60x | 2,900 | 12 |",
+        f"| 1 | {reuse} | 3/4 | 173.0 s (3 turns) | 1.00x | 304.0 s | 3/4 | 15,000 (150 s) | 42,500 | 1.00x "
+        "| 2,900 | 12 |",
+        "| 1 | llama.cpp's server, plain | 4/4 | 233.0 s (3 turns) | 1.35x | 394.0 s | 3/4 | 40,000 (400 s) "
+        "| 30,000 | 2.67x | 2,900 | 12 |",
+        "| 2 | llama.cpp's server, plain | 4/4 | 358.0 s (4 turns) | 1.34x | 398.0 s | 3/4 | 40,000 (400 s) "
+        "| 30,000 | 2.67x | 2,900 | 12 |",
+        f"| 2 | {reuse} | 4/4 | 268.0 s (4 turns) | 1.00x | 308.0 s | 4/4 | 15,000 (150 s) | 42,500 | 1.00x "
+        "| 2,900 | 12 |",
+        "| 2 | `sprinter-edge serve` (auto) | 3/4 | 126.0 s (3 turns) | 0.56x | 188.0 s | 3/4 | 9,000 (90 s) "
+        "| 45,500 | 0.60x | 2,900 | 12 |",
+    ]
+    assert "4 turns, aider committing" in turns[0] and turns[0].endswith(command)  # the turns are the rows
+    group = ["to files written", "prompt read / reused", "tokens written", "done"]
+    heads = ["pass", "turn", "edit", "files", *(f"{name}: {h}" if h == group[0] else h
+                                                   for name in ("`sprinter-edge serve` (auto)", reuse,
+                                                                "llama.cpp's server, plain") for h in group)]
+    assert turns[2:4] == ["| " + " | ".join(heads) + " |", "|---" * 16 + "|"]
+    assert len(turns) == 4 + 8  # 2 passes of 4 turns
+    assert turns[6] == ("| 1 | 3 | add docstrings | `genericpath.py` | 51.0 s | 2,700 / 13,650 | 730 | yes "
+                        "| not written | 4,500 / 12,750 | 730 | no | 121.0 s | 12,000 / 9,000 | 730 | yes |")
+    assert turns[-1] == ("| 2 | 4 | comment | `fnmatch.py` | not written | 3,600 / 18,200 | 740 | no "
+                         "| 42.0 s | 6,000 / 17,000 | 740 | yes | 52.0 s | 16,000 / 12,000 | 740 | yes |")
+
+
+def test_a_session_without_its_baseline_has_no_ratios(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    rows, _ = rendered_session(tmp_path, monkeypatch, session_outcome(baseline="llama-server-draft-tuned"))
+    assert "no ratios (the baseline, llama.cpp's server, `-md` tuned, did not run)" in rows[0]
+    assert rows[4] == ("| 1 | `sprinter-edge serve` (auto) | 4/4 | - | - | 184.0 s | 4/4 | 9,000 (90 s) "
+                       "| 45,500 | - | 2,900 | 12 |")
+
+
+def test_session_rows_are_named_as_the_agents_tables_name_them() -> None:
+    from sprinter_edge.bench import session
+
+    rt = render_tables()
+    reuse, options = rt.SESSION_REUSE
+    assert (reuse, options.split()) == (session.REUSE, list(session.REUSE_OPTIONS))
+    assert rt.session_server("serve:auto") == rt.AGENT_SERVERS["serve:auto"]
+    assert rt.session_server("serve:lookup") == "`sprinter-edge serve` (lookup)"
+    assert rt.session_server("llama-server") == "llama.cpp's server, plain"
+    assert rt.session_server("llama-server-draft-tuned+reuse") == \
+        "llama.cpp's server, `-md` tuned, with `--cache-reuse 256`"
+    assert rt.session_server("llama-server-ngram-simple+reuse") == \
+        "llama.cpp's server, ngram-simple, with `--cache-reuse 256`"

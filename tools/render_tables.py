@@ -10,7 +10,7 @@ typed by hand, and a file without a line in results/README.md is an error.
     python3 tools/render_tables.py          # rewrite the tables in place
     python3 tools/render_tables.py --check  # exit 1 and show the difference when a page is stale
 
-Five kinds of table:
+Kinds of table:
 
 * `Table`: rows of one or more `sprinter-edge bench` runs (bench.json: summary `rows`, `groups`
   per workload, every run in `runs`), one row per method, the columns named from COLUMNS. A
@@ -25,6 +25,10 @@ Five kinds of table:
 * `Trial`: results/edit-verifier-trial.json (`tools/edit_verifier_trial.py`).
 * `Bounds`: `tools/replay.py bounds --out` files: per edit kind, the measured and replayed speed
   against the floor and the copy's and a perfect draft's bounds.
+* `Agents`: an agents.json (`bench --agents`): one row per server and aider edit format.
+* `Network`: an rpc.json (`bench --rpc-delays`): each row's speed at each network delay.
+* `Session`: a session.json (`bench --session`): one row per pass and server, the session's
+  totals against the baseline row's; `turns=True`: one row per turn, a group of columns per server.
 
 Stdlib only, but for the floor column (`of floor`: a row's ratio over ar against the floor's,
 every token one row of the cheapest call at its depth), which the package's cost model prices.
@@ -166,6 +170,17 @@ class Agents:
 
 
 @dataclass(frozen=True)
+class Session:
+    """A session.json (`bench --session`): aider over several turns in one git repository through
+    each server. One row per pass and server (the session summed; its wait and prompt tokens
+    read against the baseline row's of the same pass), or, `turns=True`, one row per pass and
+    turn with a group of columns per server."""
+
+    file: str
+    turns: bool = False
+
+
+@dataclass(frozen=True)
 class Network:
     """An rpc.json (`bench --rpc-delays`): each row at each delay, its speed against `ar` at the
     same delay (`methods`: the rows to show, in order)."""
@@ -184,7 +199,7 @@ class Bounds:
 
 NETWORK_ROWS = ("ar", "sd", "lookup", "sprinter:balanced", "auto", "llama-server", "llama-server-ngram-mod",
                 "llama-server-draft-tuned")
-TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents | Network] = {
+TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents | Network | Session] = {
     # docs/results.md: the current tables
     "fresh-prompts": Table("bench-results-fresh-s7-long-calls.json"),
     "function-edits": Table("bench-results-edits-long-calls.json"),
@@ -203,6 +218,8 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents | Network] =
     "agents": Agents("agents-report.json"),
     "agents-reversed": Agents("agents-report-reversed.json"),
     "agents-to-exit": Agents("agents-report-to-exit.json"),
+    "session": Session("session-report.json"),
+    "session-turns": Session("session-report.json", turns=True),
     "rpc-fresh": Network("rpc-fresh.json", NETWORK_ROWS,
                          "3 HumanEval prompts and 2 chat prompts, 160 tokens"),
     "rpc-files": Network("rpc-files.json", NETWORK_ROWS, "1 whole-file edit of the report split"),
@@ -210,6 +227,7 @@ TABLES: dict[str, Table | Curves | Depths | Trial | Bounds | Agents | Network] =
     "sealed-files": Table(("bench-results-sealed-files.json", "bench-results-sealed-files-11-14.json"),
                           labels=("tasks 1-10", "tasks 11-14"), columns=("source", *SEALED_COLUMNS)),
     "sealed-prompts": Table("bench-results-sealed-prompts.json", columns=SEALED_COLUMNS),
+    "fresh-2": Table("bench-results-fresh-2.json", columns=SEALED_COLUMNS),
     "structured": Table("bench-results-structured-30-clean.json",
                         names=(("llama-server", "llama.cpp server, json_schema"),)),
     "first-use-edits": Table("bench-results-first-use-edits.json", workload="edit"),
@@ -953,6 +971,106 @@ def render_agents(table: Agents, where: dict[str, tuple[str, str, str]]) -> str:
     return caption(table.file, what, where, data) + "\n\n" + "\n".join(lines) + "\n"
 
 
+# bench/session.py's REUSE and REUSE_OPTIONS: a llama-server row `CONFIG+reuse` has slot reuse
+SESSION_REUSE = ("+reuse", "--cache-reuse 256")
+
+
+def session_server(row: str) -> str:
+    """A session row's name: render_agents' names (`serve:METHOD` and llama-server
+    configurations likewise), `CONFIG+reuse` CONFIG's with slot reuse."""
+    base = row.removesuffix(SESSION_REUSE[0])
+    if base in AGENT_SERVERS:
+        name = AGENT_SERVERS[base]
+    elif base.startswith("serve:"):
+        name = f"`sprinter-edge serve` ({base.removeprefix('serve:')})"
+    elif base.startswith("llama-server-"):
+        name = f"llama.cpp's server, {base.removeprefix('llama-server-')}"
+    else:
+        name = f"`{base}`"
+    return name if base == row else f"{name}, with `{SESSION_REUSE[1]}`"
+
+
+def session_what(data: dict, listed: bool = True) -> str:
+    """What a session.json ran, for its tables' captions (`listed`: its turns too)."""
+    c, m = data["config"], data["machine"]
+    turns = ", ".join(f"{p['edit'].replace('_', ' ')} in {', '.join(f'`{f}`' for f in p['files'])}"
+                      for p in data["plan"])
+    order = ", then ".join(session_server(r) for r in c["rows"])
+    formats = ", ".join(f"`{f}`" for f in c["formats"])
+    what = (f"aider {m['aider'].split()[-1]} (edit format{'s' * (len(c['formats']) > 1)} {formats}) in a "
+            f"fresh git repository of modules of the {data['split']} split, {len(data['plan'])} turns"
+            f"{f' ({turns})' if listed else ''}, aider committing each edit, its repository map at its "
+            f"default, the chat history restored each turn; each server runs the whole session, one at "
+            f"a time: {order}")
+    if c["orders"] == "both":
+        what += "; pass 2 the same in reverse"
+    return what + "".join(f"; note: {n}" for n in data.get("notes", []))
+
+
+def render_session(table: Session, where: dict[str, tuple[str, str, str]]) -> str:
+    data = load(table.file)
+    body = _session_turns(data) if table.turns else _session_rows(data)
+    return caption(table.file, body[0], where, data) + "\n\n" + "\n".join(body[1]) + "\n"
+
+
+def _session_rows(data: dict) -> tuple[str, list[str]]:
+    """One row per pass, server and format: the session's totals, against the baseline's."""
+    rows = data["summary"]
+    passes = len({r["order"] for r in rows}) > 1
+    formats = len(data["config"]["formats"]) > 1
+    heads = (["pass"] * passes + ["server"] + ["edit format"] * formats
+             + ["turns written", "to files written, the turns both it and the baseline wrote",
+                "vs the baseline", "to aider's exit, every turn", "edits done", "prompt tokens read (s)",
+                "reused", "read vs the baseline", "tokens written", "requests"])
+    lines = [_row(heads), "|---" * len(heads) + "|"]
+    for r in rows:
+        common = (f"{r['common_wall_seconds']:.1f} s ({r['common_turns']} turns)"
+                  if r.get("common_turns") and r.get("wall_vs_baseline") is not None else "-")
+        lines.append(_row([str(r["order"])] * passes + [session_server(r["row"])] + [r["format"]] * formats
+                          + [f"{r['written']}/{r['turns']}", common, _ratio(r.get("wall_vs_baseline")),
+                             f"{r['exit_seconds']:.1f} s", f"{r['done']}/{r['turns']}",
+                             f"{r['prompt_tokens']:,} ({r['prompt_seconds']:.0f} s)",
+                             f"{r['cached_tokens']:,}", _ratio(r.get("prompt_vs_baseline")),
+                             f"{r['completion_tokens']:,}", f"{r['requests']:,}"]))
+    base = data["config"]["baseline"]
+    against = (f"ratios against {session_server(base)} (the baseline) in the same pass"
+               if base in data["config"]["rows"]
+               else f"no ratios (the baseline, {session_server(base)}, did not run)")
+    return f"{session_what(data)}; the waits from the command, summed over the turns, {against}", lines
+
+
+def _session_turns(data: dict) -> tuple[str, list[str]]:
+    """One row per pass, format and turn; per server its wait to the files written, the prompt
+    tokens it read and reused, the tokens written and whether the edit was done."""
+    c, turns = data["config"], data["turns"]
+    servers = [s for s in c["rows"] if any(t["row"] == s for t in turns)]
+    at = {(t["order"], t["edit_format"], t["turn"], t["row"]): t for t in turns}
+    keys = sorted({k[:3] for k in at}, key=lambda k: (k[0], c["formats"].index(k[1]), k[2]))
+    passes = len({k[0] for k in keys}) > 1
+    formats = len(c["formats"]) > 1
+    heads = ["pass"] * passes + ["edit format"] * formats + ["turn", "edit", "files"]
+    for s in servers:
+        heads += [f"{session_server(s)}: to files written", "prompt read / reused", "tokens written", "done"]
+    lines = [_row(heads), "|---" * len(heads) + "|"]
+    for order, fmt, n in keys:
+        first = next(at[(order, fmt, n, s)] for s in servers if (order, fmt, n, s) in at)
+        cells = ([str(order)] * passes + [fmt] * formats
+                 + [str(n), first["edit"].replace("_", " "), ", ".join(f"`{f}`" for f in first["files"])])
+        for s in servers:
+            t = at.get((order, fmt, n, s))
+            if t is None:
+                cells += ["-"] * 4
+                continue
+            cells += [f"{t['wall_seconds']:.1f} s" if t["written"] else "not written",
+                      f"{t['prompt_tokens']:,} / {t['cached_tokens']:,}", f"{t['completion_tokens']:,}",
+                      "yes" if t["done"] else "no"]
+        lines.append(_row(cells))
+    what = (f"{session_what(data, listed=False)}; per turn and server the wait from the command to the "
+            "turn's files written, the prompt tokens the server read and those it found in its caches, "
+            "the tokens it wrote (summaries and commit messages too) and whether the edit was done")
+    return what, lines
+
+
 def render_network(table: Network, where: dict[str, tuple[str, str, str]]) -> str:
     data = load(table.file)
     rows = {(r["delay_ms"], r["method"]): r for r in data["rows"]}
@@ -1000,6 +1118,8 @@ def render(name: str, where: dict[str, tuple[str, str, str]]) -> str:
         return render_network(table, where)
     if isinstance(table, Agents):
         return render_agents(table, where)
+    if isinstance(table, Session):
+        return render_session(table, where)
     if isinstance(table, Bounds):
         return render_bounds(table, where)
     if isinstance(table, Curves):
