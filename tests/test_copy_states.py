@@ -46,7 +46,8 @@ class Scripted:
     def is_eog(self, token: int) -> bool:
         return False
 
-    def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False) -> DecodeOutput:
+    def sync(self, context: list[int], *, n_logits: int = 1, hidden: bool = False,
+             on_progress: object = None) -> DecodeOutput:
         keep = min(common_prefix(self.tokens, context), len(context) - n_logits)
         self.tokens, self.last_decoded = list(context), len(context) - keep
         logits = np.zeros((n_logits, 512), np.float32)

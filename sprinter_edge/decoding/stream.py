@@ -222,10 +222,8 @@ class Generation:
         for model in self.strategy.prefill_models(ctx):
             if ctx.prompt_cache is not None:  # a longer prefix kept from an earlier request
                 ctx.prompt_cache.prepare(model, head)
-            if self.on_progress is None:  # (test doubles of a model take no callback)
-                model.sync(head, n_logits=0)
-            else:
-                model.sync(head, n_logits=0, on_progress=self._reporter(model, head, t_start))
+            report = self._reporter(model, head, t_start) if self.on_progress is not None else None
+            model.sync(head, n_logits=0, on_progress=report)
             if model is ctx.target:
                 ctx.stats.cached_tokens = len(head) - model.last_decoded
 

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from ..api import Engine
-from ..decoding import TokenLogprob
+from ..decoding import PromptProgress, TokenLogprob
 from ..prompting import Message
 from .models import ServedModels
 
@@ -135,7 +135,7 @@ class ReadCancelled(Exception):
     """The client went away while its prompt was read (`_report`)."""
 
 
-def _report(task: Task, progress: Any) -> None:
+def _report(task: Task, progress: PromptProgress) -> None:
     """Tell the task how far its prompt is read; stop the read if it was cancelled meanwhile."""
     task.emit("progress", progress)
     if task.cancelled.is_set():

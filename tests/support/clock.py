@@ -28,8 +28,8 @@ class CallClock:
         real = model.sync  # type: ignore[attr-defined]
         self.charged.setdefault(name, 0.0)
 
-        def sync(context, *, n_logits: int = 1, hidden: bool = False):  # type: ignore[no-untyped-def]
-            out = real(context, n_logits=n_logits, hidden=hidden)
+        def sync(context, *, n_logits: int = 1, hidden: bool = False, on_progress=None):  # type: ignore[no-untyped-def]
+            out = real(context, n_logits=n_logits, hidden=hidden, on_progress=on_progress)
             n = model.last_decoded  # type: ignore[attr-defined]
             seconds = cost(n, min(n_logits, n), len(context) - n) if callable(cost) else cost
             self.now += seconds
