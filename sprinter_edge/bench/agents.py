@@ -203,6 +203,13 @@ class AiderRun:
     exit_code: int
     output: str  # the tail of aider's output
 
+    def explained(self, why: str) -> str:
+        """`why` an edit is not done, after aider's own failure where it exited with one."""
+        if self.exit_code == 0:
+            return why
+        tail = self.output.strip().splitlines()[-1] if self.output.strip() else ""
+        return f"aider exited {self.exit_code}: {tail}; {why}"
+
 
 def run_aider(aider: Path, server: Server, edit_format: str, file: Path | Sequence[Path], message: str,
               home: Path, flags: Sequence[str] = AIDER_FLAGS) -> AiderRun:
@@ -274,7 +281,6 @@ def run_task(aider: Path, server: Server, task: FileEditTask, edit_format: str, 
         before = server.totals()
         run = run_aider(aider, server, edit_format, file, message, home)
         wall = run.written_seconds if run.written_seconds is not None else run.exit_seconds
-        code, out = run.exit_code, run.output
         after = server.totals()
         text = file.read_text()
         if n == 1:
@@ -282,11 +288,11 @@ def run_task(aider: Path, server: Server, task: FileEditTask, edit_format: str, 
             done, why = check.passed, check.why
         else:
             done, why = follow_up_done(before_text, text)
-        if code != 0:
-            why = f"aider exited {code}: {out.strip().splitlines()[-1] if out.strip() else ''}; {why}"
+        why = run.explained(why)
         used = {k: after[k] - before[k] for k in ("requests", "prompt_tokens", "completion_tokens",
                                                   "prompt_seconds", "decode_seconds")}
-        turns.append(Turn(task.id, task.edit, server.name, edit_format, n, round(wall, 2), done, why, code,
+        turns.append(Turn(task.id, task.edit, server.name, edit_format, n, round(wall, 2), done, why,
+                          run.exit_code,
                           **{k: round(v, 3) if k.endswith("seconds") else int(v) for k, v in used.items()},
                           exit_seconds=round(run.exit_seconds, 2)))
         log.info("%s %s %s turn %d: %.1f s to the file written, %.1f s to aider's exit, done=%s %s",

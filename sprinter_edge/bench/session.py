@@ -247,9 +247,7 @@ def run_session(aider: Path, server: Server, plan: SessionPlan, edit_format: str
         after = server.totals()
         after_text = {f: (repo / f).read_text() for f in step.files}
         done, why = step.check(before_text, after_text)
-        if run.exit_code != 0:
-            tail = run.output.strip().splitlines()[-1] if run.output.strip() else ""
-            why = f"aider exited {run.exit_code}: {tail}; {why}"
+        why = run.explained(why)
         used = {k: after.get(k, 0.0) - before.get(k, 0.0)
                 for k in ("requests", "prompt_tokens", "prompt_tokens_cached", "completion_tokens",
                           "prompt_seconds", "decode_seconds")}
